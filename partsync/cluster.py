@@ -1,0 +1,257 @@
+"""A connected cluster: bootstrap, metadata, leaders, partition bounds, topic admin.
+
+Wraps the adapter's ``Connection`` with what partsync needs from a whole cluster. One-off
+requests go over a shared connection per broker (thread-safe ``call``); copy pipelines open
+their own dedicated connections with ``connect_leader``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from partsync._kafka import EARLIEST, LATEST, PROBE_WAIT_MS, Connection, Metadata, TopicMeta, error_name
+from partsync.config import ClusterRef
+from partsync.errors import BrokerError, ClusterError, TopicError
+from partsync.plan import Bounds
+
+__all__ = ["Cluster", "TopicInfo", "IDENTITY_CONFIGS"]
+
+log = logging.getLogger(__name__)
+
+# Topic configs that decide whether a broker stores appended batches byte-for-byte.
+IDENTITY_CONFIGS = ("cleanup.policy", "compression.type", "message.timestamp.type", "max.message.bytes")
+# Apache Kafka's topic defaults, assumed when a broker's DescribeConfigs leaves a key out (Tansu
+# returns only explicitly set keys).
+KAFKA_TOPIC_DEFAULTS = {
+    "cleanup.policy": "delete",
+    "compression.type": "producer",
+    "message.timestamp.type": "CreateTime",
+    "max.message.bytes": "1048588",
+}
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    leaders: dict[int, int]
+
+
+class Cluster:
+    def __init__(self, ref: ClusterRef, *, timeout: float = 30.0) -> None:
+        self.ref = ref
+        self.name = ref.name
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._conns: dict[int, Connection] = {}
+        self._bootstrap: Connection | None = None
+        self._metadata: Metadata | None = None
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _connect(self, host: str, port: int) -> Connection:
+        return Connection(
+            host,
+            port,
+            cluster=self.name,
+            client_id=self.ref.client_id,
+            security=self.ref.security,
+            timeout=self.timeout,
+        )
+
+    def _bootstrap_conn(self) -> Connection:
+        if self._bootstrap is not None:
+            return self._bootstrap
+        errors = []
+        for host, port in self.ref.bootstrap_servers:
+            try:
+                self._bootstrap = self._connect(host, port)
+                return self._bootstrap
+            except ClusterError as e:
+                errors.append(e.reason)
+        raise ClusterError(
+            f"cluster unreachable (bootstrap {self.ref.bootstrap}): {'; '.join(errors)}",
+            cluster=self.name,
+        )
+
+    def broker_conn(self, node_id: int) -> Connection:
+        """The shared connection to one broker, for one-off requests."""
+        with self._lock:
+            conn = self._conns.get(node_id)
+            if conn is None:
+                info = self.metadata().brokers.get(node_id)
+                if info is None:
+                    raise ClusterError(f"broker {node_id} is not in the cluster metadata", cluster=self.name)
+                conn = self._connect(info.host, info.port)
+                self._conns[node_id] = conn
+            return conn
+
+    def connect_leader(self, topic: str, partition: int) -> Connection:
+        """A new dedicated connection to a partition's leader (for a copy pipeline)."""
+        leader = self.leader(topic, partition)
+        info = self.metadata().brokers[leader]
+        return self._connect(info.host, info.port)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
+            if self._bootstrap is not None:
+                self._bootstrap.close()
+                self._bootstrap = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def metadata(self, refresh: bool = False) -> Metadata:
+        if self._metadata is None or refresh:
+            conn = self._bootstrap_conn()
+            try:
+                self._metadata = conn.metadata(None)
+            except ClusterError:
+                self._bootstrap = None
+                raise
+        return self._metadata
+
+    def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
+        """Partition count and leaders, or None when the topic does not exist."""
+        md = self.metadata(refresh=refresh)
+        t: TopicMeta | None = md.topics.get(name)
+        if t is None or t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            return None
+        if t.error_code:
+            raise ClusterError(
+                f"metadata for the topic failed: {error_name(t.error_code)}", cluster=self.name, topic=name
+            )
+        leaders = {}
+        for p, pm in sorted(t.partitions.items()):
+            if pm.leader < 0:
+                raise ClusterError("partition has no leader", cluster=self.name, topic=name, partition=p)
+            leaders[p] = pm.leader
+        return TopicInfo(name, len(t.partitions), leaders)
+
+    def leader(self, topic: str, partition: int) -> int:
+        info = self.topic(topic)
+        if info is None or partition not in info.leaders:
+            raise TopicError("topic or partition does not exist", cluster=self.name, topic=topic, partition=partition)
+        return info.leaders[partition]
+
+    # -- bounds -------------------------------------------------------------------------------
+
+    def bounds(self, topic: str, partitions: list[int]) -> dict[int, Bounds]:
+        """Log start and high watermark of each partition, one round of requests per leader.
+
+        ListOffsets gives log start and an end; a small Fetch at end-1 confirms the high
+        watermark (Tansu's ListOffsets(latest) returns the last batch's base offset + 1, and
+        the Fetch response carries the true high watermark and log start on every broker).
+        """
+        info = self.topic(topic)
+        if info is None:
+            raise TopicError("topic does not exist", cluster=self.name, topic=topic)
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for p in partitions:
+            if p not in info.leaders:
+                raise TopicError("partition does not exist", cluster=self.name, topic=topic, partition=p)
+            by_leader[info.leaders[p]].append(p)
+        out: dict[int, Bounds] = {}
+        for leader, parts in by_leader.items():
+            conn = self.broker_conn(leader)
+            earliest = conn.list_offsets(topic, parts, EARLIEST)
+            latest = conn.list_offsets(topic, parts, LATEST)
+            probe = []
+            for p in parts:
+                for what, res in (("log start", earliest), ("end", latest)):
+                    code, _ = res.get(p, (-1, -1))
+                    if code:
+                        raise BrokerError(
+                            f"listing the {what} offset",
+                            error_code=code,
+                            error_name=error_name(code),
+                            retriable=True,
+                            cluster=self.name,
+                            topic=topic,
+                            partition=p,
+                        )
+                start, end = earliest[p][1], latest[p][1]
+                out[p] = Bounds(start, max(start, end))
+                if end > start:
+                    probe.append((p, end - 1, 1))
+            if probe:
+                fetched = conn.fetch(topic, probe, max_wait_ms=PROBE_WAIT_MS, min_bytes=1, max_bytes=1)
+                for p, _off, _m in probe:
+                    f = fetched.get(p)
+                    if f is None or f.error_code or f.high_watermark < 0:
+                        continue  # keep the ListOffsets answer
+                    start = f.log_start_offset if f.log_start_offset >= 0 else out[p].log_start
+                    out[p] = Bounds(start, max(start, f.high_watermark))
+        return out
+
+    # -- topic admin --------------------------------------------------------------------------
+
+    def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
+        """The identity-relevant topic configs and warnings about what could not be read.
+
+        Keys a broker does not report are filled with Apache Kafka's defaults, with a warning.
+        """
+        warnings: list[str] = []
+        info = self.topic(topic)
+        if info is None:
+            raise TopicError("topic does not exist", cluster=self.name, topic=topic)
+        leader = next(iter(info.leaders.values()))
+        try:
+            raw = self.broker_conn(leader).describe_topic_configs(topic)
+        except ClusterError as e:
+            # A broker that drops the connection on DescribeConfigs (a Tansu quirk) leaves the
+            # shared connection dead: forget it so later requests reconnect.
+            with self._lock:
+                conn = self._conns.pop(leader, None)
+            if conn is not None:
+                conn.close()
+            warnings.append(
+                f"cluster {self.name}: could not read configs of topic {topic} ({e.reason}); "
+                "assuming Apache Kafka defaults (compression.type=producer, CreateTime)"
+            )
+            return dict(KAFKA_TOPIC_DEFAULTS), warnings
+        out: dict[str, str] = {}
+        missing = []
+        for key in IDENTITY_CONFIGS:
+            value = raw.get(key)
+            if value is None:
+                missing.append(key)
+                out[key] = KAFKA_TOPIC_DEFAULTS[key]
+            else:
+                out[key] = value
+        if missing:
+            warnings.append(
+                f"cluster {self.name}: topic {topic} does not report {', '.join(missing)}; "
+                "assuming Apache Kafka defaults"
+            )
+        return out, warnings
+
+    def create_topic(self, topic: str, partitions: int, configs: dict[str, str], replication: int = -1) -> None:
+        """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF."""
+        md = self.metadata()
+        node = next(iter(sorted(md.brokers)))
+        self.broker_conn(node).create_topic(topic, partitions, replication, configs)
+        # Wait until metadata shows every partition with a leader.
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            try:
+                info = self.topic(topic, refresh=True)
+            except ClusterError:
+                info = None
+            if info is not None and info.partitions == partitions:
+                return
+            time.sleep(0.1)
+        raise ClusterError("created topic did not appear in metadata", cluster=self.name, topic=topic)

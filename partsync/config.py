@@ -1,0 +1,252 @@
+"""Configuration: the TOML file, cluster references and client security settings.
+
+A cluster reference on the command line is either a name from the config file's
+``[clusters.NAME]`` tables or a single ``host:port`` bootstrap address. The file is found by
+``--config FILE``, else ``$PARTSYNC_CONFIG``, else ``./partsync.toml`` (optional). Unknown keys are
+errors that name the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from partsync.errors import ConfigError
+
+__all__ = [
+    "Security",
+    "ClusterRef",
+    "Config",
+    "load_config",
+    "find_config_path",
+    "DEFAULT_CONFIG_NAME",
+]
+
+DEFAULT_CONFIG_NAME = "partsync.toml"
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+_CLUSTER_KEYS = {
+    "bootstrap_servers",
+    "client_id",
+    "security_protocol",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password_env",
+    "ssl_check_hostname",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password_env",
+    "max_bytes_per_sec",
+}
+_TOP_KEYS = {"local", "clusters"}
+
+
+@dataclass(frozen=True)
+class Security:
+    """Client security settings for one cluster. Secrets are excluded from repr()."""
+
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.ssl_cafile)
+        if not self.ssl_check_hostname:
+            ctx.check_hostname = False
+        if self.ssl_certfile:
+            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_password)
+        return ctx
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """Where and how to reach one cluster."""
+
+    name: str
+    bootstrap_servers: tuple[tuple[str, int], ...]
+    client_id: str = "partsync"
+    security: Security = field(default_factory=Security)
+    max_bytes_per_sec: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.bootstrap_servers)
+
+
+@dataclass(frozen=True)
+class Config:
+    clusters: Mapping[str, ClusterRef]
+    local: str | None = None
+    path: Path | None = None
+
+    def resolve(self, ref: str) -> ClusterRef:
+        """A configured cluster name, or a single ``host:port`` address."""
+        ref = ref.strip()
+        if ref in self.clusters:
+            return self.clusters[ref]
+        m = _ADDRESS.match(ref)
+        if m:
+            return ClusterRef(name=ref, bootstrap_servers=(_address(ref, ref),))
+        known = ", ".join(sorted(self.clusters)) or "none"
+        where = f" in {self.path}" if self.path else " (no config file found)"
+        raise ConfigError(
+            f"unknown cluster {ref!r}: not a cluster name{where} (known: {known}) and not a "
+            "host:port address"
+        )
+
+    def resolve_list(self, refs: str) -> list[ClusterRef]:
+        names = [r.strip() for r in refs.split(",") if r.strip()]
+        if not names:
+            raise ConfigError("no clusters given")
+        out = [self.resolve(r) for r in names]
+        seen: set[str] = set()
+        for c in out:
+            if c.name in seen:
+                raise ConfigError(f"cluster {c.name!r} is listed twice")
+            seen.add(c.name)
+        return out
+
+    def local_ref(self, ref: str | None) -> ClusterRef:
+        if ref:
+            return self.resolve(ref)
+        if self.local:
+            return self.resolve(self.local)
+        raise ConfigError("no local cluster: pass --local or set local = \"NAME\" in the config file")
+
+
+def _address(text: str, cluster: str) -> tuple[str, int]:
+    m = _ADDRESS.match(text.strip())
+    if not m:
+        raise ConfigError(f"cluster {cluster!r}: {text!r} is not a host:port address")
+    port = int(m.group("port"))
+    if not 0 < port < 65536:
+        raise ConfigError(f"cluster {cluster!r}: port {port} out of range")
+    return m.group("host").strip("[]"), port
+
+
+def _env_secret(name: str, env_var: Any, env: Mapping[str, str]) -> str:
+    if not isinstance(env_var, str) or not env_var:
+        raise ConfigError(f"cluster {name!r}: the *_env keys name an environment variable")
+    if env_var not in env:
+        raise ConfigError(
+            f"cluster {name!r}: environment variable {env_var} (holding the secret) is not set"
+        )
+    return env[env_var]
+
+
+def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
+    if not isinstance(table, dict):
+        raise ConfigError(f"[clusters.{name}] must be a table")
+    unknown = sorted(set(table) - _CLUSTER_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[clusters.{name}]: unknown key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(_CLUSTER_KEYS))})"
+        )
+    servers = table.get("bootstrap_servers")
+    if isinstance(servers, str):
+        servers = [s for s in servers.split(",") if s.strip()]
+    if not servers or not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
+        raise ConfigError(f"[clusters.{name}]: bootstrap_servers must list host:port addresses")
+    protocol = str(table.get("security_protocol", "PLAINTEXT")).upper()
+    if protocol not in _PROTOCOLS:
+        raise ConfigError(f"[clusters.{name}]: security_protocol must be one of {', '.join(_PROTOCOLS)}")
+    mechanism = table.get("sasl_mechanism")
+    password = None
+    if protocol.startswith("SASL"):
+        mechanism = str(mechanism or "PLAIN").upper()
+        if mechanism not in _SASL_MECHANISMS:
+            raise ConfigError(
+                f"[clusters.{name}]: sasl_mechanism must be one of {', '.join(_SASL_MECHANISMS)}"
+            )
+        if not table.get("sasl_plain_username"):
+            raise ConfigError(f"[clusters.{name}]: SASL needs sasl_plain_username")
+        password = _env_secret(name, table.get("sasl_plain_password_env"), env)
+    ssl_password = None
+    if "ssl_password_env" in table:
+        ssl_password = _env_secret(name, table["ssl_password_env"], env)
+    rate = table.get("max_bytes_per_sec")
+    if rate is not None and (not isinstance(rate, int) or rate <= 0):
+        raise ConfigError(f"[clusters.{name}]: max_bytes_per_sec must be a positive integer")
+    security = Security(
+        security_protocol=protocol,
+        ssl_cafile=table.get("ssl_cafile"),
+        ssl_certfile=table.get("ssl_certfile"),
+        ssl_keyfile=table.get("ssl_keyfile"),
+        ssl_password=ssl_password,
+        ssl_check_hostname=bool(table.get("ssl_check_hostname", True)),
+        sasl_mechanism=mechanism if protocol.startswith("SASL") else None,
+        sasl_plain_username=table.get("sasl_plain_username"),
+        sasl_plain_password=password,
+    )
+    return ClusterRef(
+        name=name,
+        bootstrap_servers=tuple(_address(s, name) for s in servers),
+        client_id=str(table.get("client_id", "partsync")),
+        security=security,
+        max_bytes_per_sec=rate,
+    )
+
+
+def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    where = str(path) if path else "config"
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(unknown)} (known: clusters, local)")
+    tables = data.get("clusters", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")
+    clusters = {name: _cluster(name, t, env) for name, t in tables.items()}
+    local = data.get("local")
+    if local is not None and (not isinstance(local, str) or local not in clusters):
+        raise ConfigError(f"{where}: local = {local!r} does not name a [clusters.NAME] table")
+    return Config(clusters=clusters, local=local, path=path)
+
+
+def find_config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path | None:
+    """``--config`` > ``$PARTSYNC_CONFIG`` > ``./partsync.toml`` (only if it exists)."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get("PARTSYNC_CONFIG"):
+        return Path(env["PARTSYNC_CONFIG"])
+    default = Path(DEFAULT_CONFIG_NAME)
+    return default if default.exists() else None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    path = find_config_path(explicit, env)
+    if path is None:
+        return Config(clusters={})
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    return parse_config(data, path=path, env=env)

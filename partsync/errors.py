@@ -1,0 +1,150 @@
+"""One exception hierarchy for partsync, with structured fields.
+
+Every error carries where it happened (cluster, topic, partition, offset) as attributes so that
+reports and JSON output can show them without parsing text; ``__str__`` builds the message.
+``retriable`` tells the copier whether retrying may help (a broker hiccup) or whether the
+partition must stop (anything that could break offset identity).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "ExitStatus",
+    "PartsyncError",
+    "UsageError",
+    "ConfigError",
+    "ClusterError",
+    "BrokerError",
+    "TopicError",
+    "CorruptBatchError",
+    "UnsafeError",
+    "DivergenceError",
+    "AppendMismatchError",
+]
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit codes; other tools script against these, keep them stable."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    UNSAFE = 3
+    DEADLINE = 4
+
+
+class PartsyncError(Exception):
+    """Root of every error partsync raises on purpose."""
+
+    retriable: bool = False
+    exit_status: ExitStatus = ExitStatus.FAILURE
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        cluster: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def where(self) -> str:
+        parts = []
+        if self.cluster is not None:
+            parts.append(f"cluster {self.cluster}")
+        if self.topic is not None:
+            tp = f"topic {self.topic}"
+            if self.partition is not None:
+                tp += f" partition {self.partition}"
+            parts.append(tp)
+        if self.offset is not None:
+            parts.append(f"offset {self.offset}")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        where = self.where()
+        return f"{where}: {self.reason}" if where else self.reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "error": type(self).__name__,
+            "reason": self.reason,
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
+
+
+class UsageError(PartsyncError):
+    """Bad command-line input."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class ConfigError(UsageError):
+    """Bad or missing configuration (file, cluster reference, unknown key)."""
+
+
+class ClusterError(PartsyncError):
+    """A cluster could not be reached or answered in a way we cannot use."""
+
+    retriable = True
+
+
+class BrokerError(ClusterError):
+    """A broker answered a request with a Kafka error code."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        error_code: int,
+        error_name: str,
+        retriable: bool,
+        cluster: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(
+            f"{reason}: {error_name} ({error_code})",
+            cluster=cluster,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+        self.error_code = error_code
+        self.error_name = error_name
+        self.retriable = retriable
+
+
+class TopicError(PartsyncError):
+    """A topic is missing or cannot be used as asked."""
+
+
+class CorruptBatchError(PartsyncError):
+    """A fetched record batch failed its checks (CRC, framing)."""
+
+
+class UnsafeError(PartsyncError):
+    """Copying would break offset identity; the partition is refused and left untouched."""
+
+    exit_status = ExitStatus.UNSAFE
+
+
+class DivergenceError(UnsafeError):
+    """Two logs disagree on the same offsets (local vs source, or source vs source)."""
+
+
+class AppendMismatchError(UnsafeError):
+    """The broker put an appended batch somewhere else than the source's offset."""
