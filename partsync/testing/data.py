@@ -79,18 +79,31 @@ def create_topic(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     cfg = {**_UNLIMITED_RETENTION, **(config or {})}
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=cfg)],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    error: str | None = None
     try:
-        futures[topic].result(timeout)
-    except KafkaException as exc:
-        raise RuntimeError(f"CreateTopics {topic!r} on {bootstrap} with {cfg}: {exc}") from exc
+        futures = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=cfg)],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )
+        try:
+            futures[topic].result(timeout)
+        except KafkaException as exc:
+            # noida rejects unknown config names and badly typed values (INVALID_CONFIG);
+            # Tansu 0.6 accepts any config and ignores most of them.
+            error = f"CreateTopics {topic!r} on {bootstrap} with {cfg}: {exc}"
+        else:
+            error = _wait_for_topic(admin, topic, partitions, timeout)
+    finally:
+        del admin  # no close() on AdminClient: drop it now, not when a traceback dies
+    if error is not None:
+        raise RuntimeError(error)
 
+
+def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float) -> str | None:
+    """None once metadata lists ``partitions`` partitions with a leader, else an error text."""
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
@@ -100,9 +113,9 @@ def create_topic(
             and len(md.partitions) == partitions
             and all(p.leader >= 0 for p in md.partitions.values())
         ):
-            return
+            return None
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r} on {bootstrap} not ready: {md}")
+            return f"topic {topic!r} not ready after {timeout}s: {md}"
         time.sleep(0.1)
 
 

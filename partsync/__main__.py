@@ -1,0 +1,3 @@
+from partsync.cli import main
+
+main()

