@@ -147,7 +147,7 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
     the offset ranges to copy and which source serves each, and the condition (in-sync, behind,
     or unsafe with the reason).
     """
-    from partsync.render import plan_table
+    from partsync.render import plan_notes, plan_table
     from partsync.sync import plan_topics
     from partsync.task import ClusterPool
 
@@ -159,6 +159,8 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             _emit_json({"topics": [tp.to_dict() for tp in plans]})
         else:
             Console().print(plan_table(plans))
+            for note in plan_notes(plans):
+                stderr.print(note, highlight=False, markup=False)
             for tp in plans:
                 for w in tp.warnings:
                     stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -181,10 +183,13 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="Where partition tasks run: threads in this process, or Apache Spark.")
 @click.option("--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4]).")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Re-plan and retry partitions that failed with a retriable error.")
 @click.pass_obj
 def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
          chunk_offsets: int, create_missing: bool, as_json: bool, max_in_flight_bytes: int,
-         connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None) -> None:
+         connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None,
+         retries: int) -> None:
     """Copy what the local cluster lacks, at exactly the sources' offsets, then exit.
 
     One-shot: it catches up with the source bounds read at start and exits (the cron mode);
@@ -193,7 +198,7 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
     refused and left untouched (exit 3).
     """
     from partsync.engines import make_engine
-    from partsync.render import CopyProgress, report_table, summary_line
+    from partsync.render import CopyProgress, report_notes, report_table, summary_line
     from partsync.sync import plan_topics, run_sync
     from partsync.task import ClusterPool
 
@@ -213,7 +218,7 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             eng = make_engine(engine, parallelism=parallelism, progress=progress, stop=stop,
                               spark_master=spark_master)
             try:
-                report = run_sync(req, eng, pool, plans=plans)
+                report = run_sync(req, eng, pool, plans=plans, retries=retries)
             finally:
                 if progress:
                     progress.stop()
@@ -221,6 +226,8 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             _emit_json(report.to_dict())
         else:
             Console().print(report_table(report))
+            for note in report_notes(report):
+                stderr.print(note, highlight=False, markup=False)
             for tr in report.topics:
                 for w in tr.warnings:
                     stderr.print(f"[yellow]warning:[/] {w}", highlight=False)

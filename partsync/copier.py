@@ -248,8 +248,36 @@ class _PartitionCopy:
 
     # -- 1. agreement at the local end ----------------------------------------------------
 
+    def check_sources_agree(self) -> None:
+        """Serving sources must hold the same batch at the last offset they all have.
+
+        Histories that diverged anywhere before it differ there too (a batch digest covers its
+        absolute offsets and record bytes), so this catches most disagreements before anything
+        is written; chunk boundary checks catch the rest before two sources are mixed.
+        """
+        serving = [n for n in self.plan.serving]
+        if len(serving) < 2:
+            return
+        bounds = [self.plan.sources[n] for n in serving]
+        common = min(b.end for b in bounds) - 1
+        if common < max(b.log_start for b in bounds) or common < self.plan.local.end:
+            return
+        ref_name, ref = serving[0], None
+        for name in serving:
+            b = _boundary_batch(self._open(self.sources[name]), name, self.topic, self.partition, common)
+            if ref is None:
+                ref = b
+            elif b.base_offset != ref.base_offset or b.digest() != ref.digest():
+                raise DivergenceError(
+                    f"sources disagree: {name}'s batch {b.base_offset}..{b.last_offset} differs from "
+                    f"{ref_name}'s batch {ref.base_offset}..{ref.last_offset} at offset {common}; "
+                    "refusing to copy from sources that disagree",
+                    cluster=name, topic=self.topic, partition=self.partition, offset=common,
+                )
+
     def check_local_boundary(self) -> Batch | None:
         """Return the local batch ending at local_end-1 after every serving source agreed on it."""
+        self.check_sources_agree()
         local_end = self.plan.local.end
         if local_end == 0 or local_end <= self.plan.local.log_start:
             return None

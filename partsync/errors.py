@@ -82,6 +82,7 @@ class PartsyncError(Exception):
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
+            "retriable": self.retriable,
         }
 
 

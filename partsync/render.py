@@ -15,8 +15,10 @@ from partsync.sync import TopicPlan
 
 __all__ = [
     "plan_table",
+    "plan_notes",
     "report_table",
     "summary_line",
+    "report_notes",
     "CopyProgress",
     "human_bytes",
     "summarize_chunks",
@@ -73,17 +75,26 @@ def plan_table(plans: Sequence[TopicPlan]) -> Table:
         t.add_column(f"{s} [start, hw)")
     t.add_column("condition")
     t.add_column("missing", justify="right")
-    t.add_column("ranges (source)")
-    t.add_column("reason")
+    t.add_column("ranges (source)", overflow="fold")
     for tp in plans:
         if tp.refused or tp.error:
             status = "unsafe" if tp.refused else "error"
-            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "",
-                      tp.refused or tp.error)
+            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "")
             continue
         for p in tp.partitions:
             t.add_row(*_plan_row(p, sources))
     return t
+
+
+def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
+    notes = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            notes.append(f"{'unsafe' if tp.refused else 'error'}: topic {tp.topic}: {tp.refused or tp.error}")
+        for p in tp.partitions:
+            if p.reason:
+                notes.append(f"{p.condition.value}: topic {p.topic} partition {p.partition}: {p.reason}")
+    return notes
 
 
 def _plan_row(p: PartitionPlan, sources: list[str]) -> list[str]:
@@ -91,32 +102,47 @@ def _plan_row(p: PartitionPlan, sources: list[str]) -> list[str]:
     for s in sources:
         b = p.sources.get(s)
         cols.append(f"{b.log_start}..{b.end}" if b else "-")
-    cols += [_styled(p.condition.value), str(p.missing), summarize_chunks(p.chunks), p.reason or ""]
+    cols += [_styled(p.condition.value), str(p.missing), summarize_chunks(p.chunks)]
     return cols
 
 
 def report_table(report: SyncReport) -> Table:
+    """One row per partition; long reasons go in ``report_notes`` below the table."""
     t = Table(title="partsync sync", title_justify="left")
     for col, just in (("topic", "left"), ("part", "right"), ("status", "left"),
-                      ("local end before -> after", "left"), ("target", "right"),
-                      ("batches", "right"), ("bytes", "right"), ("by source", "left"),
-                      ("reason", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+                      ("local end", "left"), ("target", "right"), ("batches", "right"),
+                      ("copied", "right"), ("by source", "left")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for tr in report.topics:
         for p in sorted(tr.partitions, key=lambda r: r.partition):
             by = ", ".join(f"{s} {human_bytes(n)}" for s, n in p.bytes_by_source.items())
+            ends = (
+                str(p.local_end_after) if p.local_end_before == p.local_end_after
+                else f"{p.local_end_before}->{p.local_end_after}"
+            )
             t.add_row(
                 p.topic,
                 "*" if p.partition < 0 else str(p.partition),
                 _styled(p.status.value),
-                f"{p.local_end_before} -> {p.local_end_after}",
+                ends,
                 str(p.target_end),
                 str(p.batches),
                 human_bytes(p.bytes),
-                by,
-                p.reason or "",
+                by or "-",
             )
     return t
+
+
+def report_notes(report: SyncReport) -> list[str]:
+    notes = []
+    for tr in report.topics:
+        for p in sorted(tr.partitions, key=lambda r: r.partition):
+            if p.reason:
+                where = "all partitions" if p.partition < 0 else f"partition {p.partition}"
+                # Errors already name their cluster/topic/partition/offset.
+                prefix = "" if p.reason.startswith("cluster ") else f"topic {p.topic} {where}: "
+                notes.append(f"{p.status.value}: {prefix}{p.reason}")
+    return notes
 
 
 def summary_line(report: SyncReport) -> str:

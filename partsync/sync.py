@@ -7,6 +7,7 @@ broker rewrite batches) are decided here, before any task runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -212,6 +213,26 @@ def _whole_topic_results(tp: TopicPlan, req: SyncRequest) -> TopicResult:
     return TopicResult(tp.topic, tuple(parts), tp.warnings)
 
 
+def _retriable(r: PartitionResult) -> bool:
+    return r.status is Status.ERROR and bool(r.error and r.error.get("retriable"))
+
+
+def _merge(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
+    """One result for a partition copied in several attempts."""
+    by_source = dict(first.bytes_by_source)
+    for s, n in retry.bytes_by_source.items():
+        by_source[s] = by_source.get(s, 0) + n
+    return retry.with_copy(
+        local_end_before=first.local_end_before,
+        batches=first.batches + retry.batches,
+        bytes=first.bytes + retry.bytes,
+        bytes_by_source=by_source,
+        seconds=first.seconds + retry.seconds,
+        peak_buffered_bytes=max(first.peak_buffered_bytes, retry.peak_buffered_bytes),
+        status=Status.SYNCED if retry.status is Status.IN_SYNC and first.batches else retry.status,
+    )
+
+
 def run_sync(
     req: SyncRequest,
     engine: Engine,
@@ -219,9 +240,48 @@ def run_sync(
     *,
     plans: list[TopicPlan] | None = None,
     on_result: Callable[[PartitionResult], None] | None = None,
+    retries: int = 2,
+    retry_backoff: float = 1.0,
 ) -> SyncReport:
+    """Plan (unless given plans), run the tasks on ``engine``, and retry partitions that failed
+    with a retriable error: each retry re-plans from fresh bounds, since the local log end is the
+    checkpoint."""
     started = time.monotonic()
     plans = plans if plans is not None else plan_topics(req, pool, dry_run=False)
+    report = _run_once(req, engine, pool, plans, on_result)
+    for attempt in range(retries):
+        failed = [r for r in report.all_partitions() if _retriable(r)]
+        if not failed:
+            break
+        # Let appends still in flight on dropped connections settle before reading the new end.
+        time.sleep(retry_backoff * (attempt + 1))
+        log.warning("retrying %d partition(s) after retriable errors", len(failed))
+        again: dict[tuple[str, int], PartitionResult] = {}
+        for topic in {r.topic for r in failed}:
+            parts = frozenset(r.partition for r in failed if r.topic == topic)
+            sub = dataclasses.replace(req, topics=(topic,), partitions=parts, create_missing=False)
+            sub_plans = plan_topics(sub, pool, dry_run=False)
+            for r in _run_once(sub, engine, pool, sub_plans, on_result).all_partitions():
+                again[(r.topic, r.partition)] = r
+        topics = []
+        for tr in report.topics:
+            merged = tuple(
+                _merge(r, again[(r.topic, r.partition)]) if (r.topic, r.partition) in again else r
+                for r in tr.partitions
+            )
+            topics.append(TopicResult(tr.topic, merged, tr.warnings))
+        report = SyncReport(tuple(topics))
+    return SyncReport(report.topics, time.monotonic() - started)
+
+
+def _run_once(
+    req: SyncRequest,
+    engine: Engine,
+    pool: ClusterPool,
+    plans: list[TopicPlan],
+    on_result: Callable[[PartitionResult], None] | None,
+) -> SyncReport:
+    started = time.monotonic()
     tasks: list[PartitionTask] = []
     topics: list[TopicResult] = []
     immediate: dict[str, list[PartitionResult]] = {}
