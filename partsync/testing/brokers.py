@@ -32,9 +32,9 @@ from types import TracebackType
 from typing import Any
 
 __all__ = [
+    "BROKER_KINDS",
     "Broker",
     "BrokerStartError",
-    "BROKER_KINDS",
     "free_port",
     "kafka_ping",
     "start_broker",
@@ -169,7 +169,10 @@ class Broker:
                 )
             try:
                 kafka_ping(self.host, self.port, timeout=1.0)
-                return
+                # Someone else's broker may hold the port while ours exits on "address in use".
+                if self.process is None or self.process.poll() is None:
+                    return
+                continue
             except OSError as exc:  # ConnectionError, timeouts, refused
                 last = exc
             except struct.error as exc:  # a truncated answer while the broker boots
@@ -217,7 +220,11 @@ class Broker:
         self._owned_dirs.clear()
 
     def kill(self) -> None:
-        """SIGKILL the whole process group (a crash); files stay so :meth:`restart` can follow."""
+        """SIGKILL the whole process group (a crash); files stay so :meth:`restart` can follow.
+
+        noida writes its data files about every 0.5 s (and on SIGINT), so writes acknowledged
+        just before a kill, even a just-created topic, can be gone after the restart.
+        """
         if self.container is not None:
             self.container.get_wrapped_container().kill()
             return
@@ -246,7 +253,7 @@ class Broker:
             )
         self.startup_s = time.monotonic() - t0
 
-    def __enter__(self) -> Broker:
+    def __enter__(self) -> Broker:  # noqa: PYI034 (typing.Self needs 3.11; we support 3.10)
         return self
 
     def __exit__(

@@ -77,7 +77,7 @@ def create_topic(
     """Create ``topic`` with unlimited retention (unless ``config`` overrides it) and wait until
     metadata lists all its partitions with a leader."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     cfg = {**_UNLIMITED_RETENTION, **(config or {})}
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
@@ -163,7 +163,11 @@ def produce(
     count = 0
     try:
         for rec in records:
-            kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": on_delivery}
+            kwargs: dict[str, Any] = {
+                "key": rec.key,
+                "value": rec.value,
+                "on_delivery": on_delivery,
+            }
             if rec.headers:
                 kwargs["headers"] = rec.headers
             if rec.timestamp_ms is not None:
@@ -364,20 +368,14 @@ def consume_all(
                 if err.code() == KafkaError._PARTITION_EOF:
                     return out
                 raise KafkaException(err)
-            if end is not None and msg.offset() >= end:
+            offset = msg.offset()
+            assert offset is not None  # set on every fetched message
+            if end is not None and offset >= end:
                 return out
             ts_type, ts = msg.timestamp()
-            out.append(
-                ConsumedRecord(
-                    offset=msg.offset(),
-                    timestamp_type=ts_type,
-                    timestamp=ts,
-                    key=msg.key(),
-                    value=msg.value(),
-                    headers=list(msg.headers() or []),
-                )
-            )
-            if end is not None and msg.offset() + 1 >= end:
+            headers: Any = msg.headers() or []  # a list of (str, bytes | None) for consumers
+            out.append(ConsumedRecord(offset, ts_type, ts, msg.key(), msg.value(), list(headers)))
+            if end is not None and offset + 1 >= end:
                 return out
         raise TimeoutError(
             f"{topic}[{partition}] on {bootstrap}: no end of partition after {timeout}s "
