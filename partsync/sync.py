@@ -293,7 +293,7 @@ def _run_once(
         for plan in tp.partitions:
             if plan.condition is Condition.BEHIND:
                 srcs = tuple(r for r in req.sources if r.name in plan.sources)
-                tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules))
+                tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy))
             else:
                 status = Status.IN_SYNC if plan.condition is Condition.IN_SYNC else Status.UNSAFE
                 immediate[tp.topic].append(PartitionResult(

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from partsync.cluster import Cluster
 from partsync.config import ClusterRef
 from partsync.copier import CopyOptions, LocalTopicRules, ProgressFn, copy_partition
-from partsync.plan import PartitionPlan
-from partsync.result import PartitionResult
+from partsync.errors import PartsyncError
+from partsync.plan import Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.result import PartitionResult, Status
 
 __all__ = ["PartitionTask", "ClusterPool", "run_partition_task"]
 
@@ -27,6 +28,7 @@ class PartitionTask:
     local: ClusterRef
     options: CopyOptions
     rules: LocalTopicRules
+    policy: PlanPolicy = PlanPolicy()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -75,7 +77,38 @@ def run_partition_task(
     try:
         local = pool.get(task.local)
         sources = {r.name: pool.get(r) for r in task.sources if r.name in task.plan.sources}
-        return copy_partition(task.plan, sources, local, task.options, task.rules, progress, stop)
+        try:
+            plan = refresh_plan(task, local, sources)
+        except PartsyncError as e:
+            p = task.plan
+            return PartitionResult(p.topic, p.partition, Status.ERROR, p.local.end, p.local.end,
+                                   p.target_end).with_status(Status.ERROR, str(e), e)
+        result = copy_partition(plan, sources, local, task.options, task.rules, progress, stop)
+        if plan.local.end != task.plan.local.end:
+            # Report against the driver's starting point, so a resumed task's numbers add up.
+            result = result.with_copy(local_end_before=task.plan.local.end)
+            if result.status is Status.IN_SYNC and result.local_end_after != task.plan.local.end:
+                result = result.with_copy(status=Status.SYNCED)
+        return result
     finally:
         if own:
             pool.close()
+
+
+def refresh_plan(task: PartitionTask, local: Cluster, sources: dict[str, Cluster]) -> PartitionPlan:
+    """Re-read the partition's bounds where the task runs and plan again.
+
+    The driver's plan may be stale by the time a task runs: a retried Spark task, a crashed
+    earlier attempt or a slow queue means the local log end (the checkpoint) may have moved.
+    Copying from a stale local end would make every append land at the wrong offset, so each
+    task starts from the bounds it reads itself.
+    """
+    p = task.plan
+    local_b = local.bounds(p.topic, [p.partition])[p.partition]
+    src_b = {}
+    for name, c in sources.items():
+        src_b[name] = c.bounds(p.topic, [p.partition])[p.partition]
+    fresh = plan_partition(p.topic, p.partition, local_b, src_b, task.policy)
+    if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:
+        return p
+    return fresh
