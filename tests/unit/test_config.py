@@ -94,7 +94,11 @@ def test_full_file(tmp_path: Path) -> None:
     assert s.sasl_plain_username == "mirror"
     assert s.sasl_plain_password == SECRET
     assert s.ssl_password == SSL_SECRET
-    assert (s.ssl_cafile, s.ssl_certfile, s.ssl_keyfile) == ("/etc/ca.pem", "/etc/client.pem", "/etc/client.key")
+    assert (s.ssl_cafile, s.ssl_certfile, s.ssl_keyfile) == (
+        "/etc/ca.pem",
+        "/etc/client.pem",
+        "/etc/client.key",
+    )
     assert s.ssl_check_hostname is False
 
 
@@ -117,7 +121,9 @@ sasl_plain_password_env = "PW"
     assert sec.uses_sasl and not sec.uses_ssl
 
 
-def test_sasl_password_env_read_from_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sasl_password_env_read_from_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PARTSYNC_TEST_SASL", "from-os-environ")
     monkeypatch.setenv("PARTSYNC_TEST_SSL", "x")
     cfg = load_config(write(tmp_path, FULL))  # env=None: os.environ
@@ -214,14 +220,27 @@ def test_local_may_not_be_an_address(tmp_path: Path) -> None:
         ('bootstrap_servers = ["nohost"]', "'nohost' is not a host:port"),
         ('bootstrap_servers = ["h:99999"]', "port 99999 out of range"),
         ('bootstrap_servers = ["h:0"]', "port 0 out of range"),
-        ('bootstrap_servers = ["h:1"]\nsecurity_protocol = "TLS"', "security_protocol must be one of"),
         (
-            'bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "GSSAPI"',
+            'bootstrap_servers = ["h:1"]\nsecurity_protocol = "TLS"',
+            "security_protocol must be one of",
+        ),
+        (
+            'bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"\n'
+            'sasl_mechanism = "GSSAPI"',
             "sasl_mechanism must be one of",
         ),
-        ('bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"', "SASL needs sasl_plain_username"),
-        ('bootstrap_servers = ["h:1"]\nmax_bytes_per_sec = 0', "max_bytes_per_sec must be a positive"),
-        ('bootstrap_servers = ["h:1"]\nmax_bytes_per_sec = "1MB"', "max_bytes_per_sec must be a positive"),
+        (
+            'bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"',
+            "SASL needs sasl_plain_username",
+        ),
+        (
+            'bootstrap_servers = ["h:1"]\nmax_bytes_per_sec = 0',
+            "max_bytes_per_sec must be a positive",
+        ),
+        (
+            'bootstrap_servers = ["h:1"]\nmax_bytes_per_sec = "1MB"',
+            "max_bytes_per_sec must be a positive",
+        ),
     ],
 )
 def test_cluster_table_errors(tmp_path: Path, table: str, match: str) -> None:
@@ -349,7 +368,11 @@ def test_local_ref(cfg: Config) -> None:
 
 
 def _named(tmp_path: Path, name: str) -> Path:
-    return write(tmp_path, f'local = "{name}"\n[clusters.{name}]\nbootstrap_servers = ["h:1"]\n', f"{name}.toml")
+    return write(
+        tmp_path,
+        f'local = "{name}"\n[clusters.{name}]\nbootstrap_servers = ["h:1"]\n',
+        f"{name}.toml",
+    )
 
 
 def test_precedence_explicit_beats_env_and_cwd(
@@ -363,7 +386,9 @@ def test_precedence_explicit_beats_env_and_cwd(
     assert find_config_path(explicit) == explicit
 
 
-def test_precedence_env_beats_cwd(tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_env_beats_cwd(
+    tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from_env = _named(tmp_path, "fromenv")
     write(no_env_config, 'local = "cwd"\n[clusters.cwd]\nbootstrap_servers = ["h:1"]\n')
     monkeypatch.setenv("PARTSYNC_CONFIG", str(from_env))
@@ -385,20 +410,26 @@ def test_no_file_anywhere_is_fine(no_env_config: Path) -> None:
     assert cfg == Config(clusters={})
 
 
-def test_env_pointing_at_missing_file_is_an_error(tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_pointing_at_missing_file_is_an_error(
+    tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PARTSYNC_CONFIG", str(tmp_path / "gone.toml"))
     write(no_env_config, "")  # a ./partsync.toml must not be used as a fallback
     with pytest.raises(ConfigError, match="gone.toml does not exist"):
         load_config(None)
 
 
-def test_empty_env_var_falls_through_to_cwd(no_env_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_empty_env_var_falls_through_to_cwd(
+    no_env_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PARTSYNC_CONFIG", "")
     write(no_env_config, 'local = "cwd"\n[clusters.cwd]\nbootstrap_servers = ["h:1"]\n')
     assert load_config(None).local == "cwd"
 
 
-def test_env_mapping_argument_overrides_os_environ(tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_mapping_argument_overrides_os_environ(
+    tmp_path: Path, no_env_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PARTSYNC_CONFIG", str(tmp_path / "ignored.toml"))
     other = _named(tmp_path, "mapped")
     assert find_config_path(None, env={"PARTSYNC_CONFIG": str(other)}) == other

@@ -182,7 +182,12 @@ CASES = [
         chunk_offsets=1000,
         condition=Condition.UNSAFE,
         target_end=300,
-        reason_has=("no source holds offsets 100..150", "offset 100", "a holds 0..100", "b holds 150..300"),
+        reason_has=(
+            "no source holds offsets 100..150",
+            "offset 100",
+            "a holds 0..100",
+            "b holds 150..300",
+        ),
     ),
     Case(
         "cut-at-source-log-start",
@@ -301,7 +306,11 @@ def test_no_sources_is_an_error() -> None:
 
 def test_default_policy() -> None:
     plan = plan_partition(T, P, Bounds(0, 0), {"a": Bounds(0, 120_000)})
-    assert [(c.start, c.end) for c in plan.chunks] == [(0, 50_000), (50_000, 100_000), (100_000, 120_000)]
+    assert [(c.start, c.end) for c in plan.chunks] == [
+        (0, 50_000),
+        (50_000, 100_000),
+        (100_000, 120_000),
+    ]
 
 
 def test_missing_and_to_dict() -> None:
@@ -315,7 +324,10 @@ def test_missing_and_to_dict() -> None:
         "sources": {"a": {"log_start": 0, "high_watermark": 100}},
         "target_end": 100,
         "missing": 60,
-        "ranges": [{"start": 40, "end": 90, "source": "a"}, {"start": 90, "end": 100, "source": "a"}],
+        "ranges": [
+            {"start": 40, "end": 90, "source": "a"},
+            {"start": 90, "end": 100, "source": "a"},
+        ],
         "reason": None,
     }
 
