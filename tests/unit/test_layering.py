@@ -1,0 +1,231 @@
+"""Layering: every module imports on its own, the pure layers stay pure, and kafka-python's
+internals are imported by exactly one module (``partsync/_kafka.py``).
+
+Like pip-tools' ``test_circular_imports.py``: each module is imported alone in a fresh
+interpreter, so an import cycle or a hidden import-order dependency fails here. The interpreters
+run in parallel (one session fixture) to keep the unit suite fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import partsync
+
+PACKAGE_DIR = Path(partsync.__file__).parent
+
+# Modules that must stay free of I/O libraries (the ones that exist in this tree).
+PURE = [
+    m
+    for m in (
+        "partsync.batch",
+        "partsync.plan",
+        "partsync.selection",
+        "partsync.errors",
+        "partsync.config",
+        "partsync.records",
+        "partsync.digest",
+    )
+    if (PACKAGE_DIR / (m.split(".", 1)[1] + ".py")).exists()
+]
+# Top-level modules a pure layer must not pull in, directly or through another partsync module.
+FORBIDDEN = ("socket", "ssl", "selectors", "asyncio", "kafka", "confluent_kafka", "pyspark")
+# Third-party libraries a pure layer may use. They are imported before the module under test
+# so that what *they* import does not count: crc32c imports importlib.metadata, which imports
+# email.utils, which imports socket, without any networking.
+PURE_DEPENDENCIES = ("crc32c",)
+# Importing these runs a program, not a module.
+NOT_IMPORTABLE = {"partsync.__main__"}
+# Optional extras: a module needing one that is not installed is skipped, not failed.
+OPTIONAL = {"pyspark", "testcontainers"}
+
+
+def _module_names() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return [n for n in names if n not in NOT_IMPORTABLE]
+
+
+MODULES = _module_names()
+
+_PROBE = """
+import json, sys
+for dep in {deps!r}:
+    __import__(dep)
+before = set(sys.modules)
+try:
+    __import__({module!r})
+except ModuleNotFoundError as e:
+    print(json.dumps({{"missing": e.name}}))
+    raise SystemExit(0)
+new = sorted(set(sys.modules) - before)
+print(json.dumps({{"new": new, "all": sorted(sys.modules)}}))
+"""
+
+
+@pytest.fixture(scope="session")
+def imports() -> dict[str, dict[str, object]]:
+    """Import every module alone, each in its own fresh interpreter, all at once."""
+    procs = {
+        m: subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _PROBE.format(deps=PURE_DEPENDENCIES if m in PURE else (), module=m),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in MODULES
+    }
+    out: dict[str, dict[str, object]] = {}
+    for m, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=60)
+        if proc.returncode != 0:
+            out[m] = {
+                "error": stderr.strip().splitlines()[-1]
+                if stderr.strip()
+                else f"exit {proc.returncode}",
+                "stderr": stderr,
+            }
+        else:
+            out[m] = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_module_list_is_sane() -> None:
+    assert "partsync._kafka" in MODULES and "partsync.batch" in MODULES
+    assert set(PURE) >= {
+        "partsync.batch",
+        "partsync.plan",
+        "partsync.selection",
+        "partsync.errors",
+        "partsync.config",
+    }
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_imports_alone(module: str, imports: dict[str, dict[str, object]]) -> None:
+    result = imports[module]
+    if "missing" in result:
+        if result["missing"] in OPTIONAL:
+            pytest.skip(f"{module} needs the optional {result['missing']}")
+        pytest.fail(f"{module}: No module named {result['missing']!r}")
+    assert "error" not in result, f"importing {module} alone failed: {result.get('stderr')}"
+
+
+def _forbidden(names: object) -> list[str]:
+    assert isinstance(names, list)
+    return sorted(n for n in names if n.split(".")[0] in FORBIDDEN)
+
+
+def _xfail_config(module: str) -> list[pytest.MarkDecorator]:
+    if module != "partsync.config":
+        return []
+    return [
+        pytest.mark.xfail(
+            strict=True,
+            reason=(
+                "partsync.config imports ssl (which imports socket) for Security.ssl_context(); "
+                "building an SSLContext belongs in the I/O layer (_kafka.py), not the pure config"
+            ),
+        )
+    ]
+
+
+@pytest.mark.parametrize("module", [pytest.param(m, marks=_xfail_config(m)) for m in PURE])
+def test_pure_module_loads_no_io_library(
+    module: str, imports: dict[str, dict[str, object]]
+) -> None:
+    result = imports[module]
+    assert "new" in result, result
+    # Nothing network-ish newly loaded by the module itself (or the partsync modules it uses) ...
+    assert _forbidden(result["new"]) == []
+    # ... and no Kafka client or Spark at all, whoever would have imported it.
+    assert [
+        n
+        for n in _forbidden(result["all"])
+        if n.split(".")[0] in ("kafka", "confluent_kafka", "pyspark")
+    ] == []
+
+
+def _imports_in(path: Path) -> list[tuple[int, str]]:
+    """Every imported module name in a source file, wherever the import statement is."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            found.append((node.lineno, "partsync." + (node.module or "")))
+    return found
+
+
+@pytest.mark.parametrize("module", [pytest.param(m, marks=_xfail_config(m)) for m in PURE])
+def test_pure_module_source_imports(module: str) -> None:
+    """Also catches imports inside functions, which importing the module never runs. A pure
+    module may use the stdlib (minus networking), its pure dependencies and other pure modules."""
+    path = PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
+    bad = []
+    for line, name in _imports_in(path):
+        top = name.split(".")[0]
+        if top in FORBIDDEN:
+            bad.append(f"line {line}: {name}")
+        elif top == "partsync" and name not in PURE:
+            bad.append(f"line {line}: {name} (not a pure module)")
+    assert bad == []
+
+
+_KAFKA_IMPORT = re.compile(r"^\s*(?:import\s+kafka\b|from\s+kafka\b)", re.MULTILINE)
+
+
+def test_only_the_adapter_imports_kafka_python() -> None:
+    """kafka-python moved its internals between 2.x and 3.x: one module, ``_kafka.py``, holds
+    every import of it. ``partsync/testing/`` (test data helpers) is exempt."""
+    offenders = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        if rel == "_kafka.py" or rel.startswith("testing/"):
+            continue
+        text = path.read_text()
+        names = [n for _, n in _imports_in(path) if n.split(".")[0] == "kafka"]
+        if (
+            _KAFKA_IMPORT.search(text)
+            or names
+            or re.search(r"import_module\(\s*['\"]kafka\b", text)
+        ):
+            offenders.append(rel)
+    assert offenders == []
+    assert _KAFKA_IMPORT.search((PACKAGE_DIR / "_kafka.py").read_text())
+
+
+def test_the_grep_recognises_kafka_imports() -> None:
+    """The pattern above must not be vacuous."""
+    for line in (
+        "import kafka",
+        "import kafka.errors as e",
+        "from kafka.protocol import x",
+        "    from kafka import y",
+    ):
+        assert _KAFKA_IMPORT.search(line), line
+    for line in (
+        "import kafka_utils",
+        "from confluent_kafka import Producer",
+        "# kafka import",
+        "import partsync._kafka",
+    ):
+        assert not _KAFKA_IMPORT.search(line), line
