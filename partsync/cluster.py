@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 # Topic configs that decide whether a broker stores appended batches byte-for-byte.
 IDENTITY_CONFIGS = ("cleanup.policy", "compression.type", "message.timestamp.type", "max.message.bytes")
+# Copied to a topic created with --create-missing when the source reports them: a mirror that
+# keeps less history than its source would soon fall behind its log start.
+RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
 # Apache Kafka's topic defaults, assumed when a broker's DescribeConfigs leaves a key out (Tansu
 # returns only explicitly set keys).
 KAFKA_TOPIC_DEFAULTS = {
@@ -198,9 +201,11 @@ class Cluster:
     # -- topic admin --------------------------------------------------------------------------
 
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
-        """The identity-relevant topic configs and warnings about what could not be read.
+        """The identity-relevant topic configs (plus retention, where reported) and warnings
+        about what could not be read.
 
-        Keys a broker does not report are filled with Apache Kafka's defaults, with a warning.
+        Identity keys a broker does not report are filled with Apache Kafka's defaults, with a
+        warning.
         """
         warnings: list[str] = []
         info = self.topic(topic)
@@ -230,6 +235,9 @@ class Cluster:
                 out[key] = KAFKA_TOPIC_DEFAULTS[key]
             else:
                 out[key] = value
+        for key in RETENTION_CONFIGS:
+            if raw.get(key) is not None:
+                out[key] = str(raw[key])
         if missing:
             warnings.append(
                 f"cluster {self.name}: topic {topic} does not report {', '.join(missing)}; "

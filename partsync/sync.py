@@ -65,9 +65,12 @@ def _identity_configs(src_cfg: dict[str, str]) -> dict[str, str]:
         "message.timestamp.type": "CreateTime",
         "cleanup.policy": src_cfg.get("cleanup.policy", "delete"),
         "max.message.bytes": src_cfg.get("max.message.bytes", "1048588"),
-        # Retention is the operator's choice; keep the broker's default. Local deletes only move
-        # the log start, never the offsets.
     }
+    # Same retention as the source where it reports one (a shorter local retention only moves
+    # the local log start, never offsets, but a mirror is expected to keep what its source keeps).
+    for key in ("retention.ms", "retention.bytes"):
+        if key in src_cfg:
+            cfg[key] = src_cfg[key]
     return cfg
 
 

@@ -1,0 +1,166 @@
+"""Apache Spark engine (PySpark): partition tasks run on Spark executors.
+
+The driver plans; each Kafka partition becomes exactly one Spark task running the same
+``run_partition_task`` as the local engine and returning the same ``PartitionResult``.
+
+One writer per partition is guaranteed by construction:
+
+- the task list holds each (topic, partition) once and is parallelized with one element per
+  Spark partition, so no two tasks of a job write the same Kafka partition;
+- speculative execution is switched off (``spark.speculation=false``), so Spark never runs a
+  second copy of a slow task;
+- a retried task (after an executor died) starts only after Spark has given up on the failed
+  attempt, and it re-reads the local log end before writing (``refresh_plan``), so it resumes at
+  the checkpoint instead of appending from a stale offset; every append is still verified.
+
+Failures inside a task come back as per-partition results, not as Spark stack traces.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from importlib import resources
+from typing import Any
+
+from partsync.errors import UsageError
+from partsync.result import PartitionResult, Status
+from partsync.sync import Engine
+from partsync.task import ClusterPool, PartitionTask, run_partition_task
+
+try:
+    from pyspark import TaskContext
+    from pyspark.sql import SparkSession
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(f"PySpark is not installed ({e})") from e
+
+__all__ = ["SparkEngine", "spark_session", "FaultInjection"]
+
+log = logging.getLogger(__name__)
+
+_SESSION_LOCK = threading.Lock()
+
+
+def _log4j_config() -> str:
+    return str(resources.files("partsync.engines").joinpath("log4j2-quiet.properties"))
+
+
+def spark_session(master: str | None = None, app_name: str = "partsync") -> Any:
+    """The shared SparkSession, created quiet: no console progress bars, errors only."""
+    with _SESSION_LOCK:
+        builder = SparkSession.builder.appName(app_name)
+        if master:
+            builder = builder.master(master)
+        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            builder = builder.master("local[*]")
+        quiet = f"-Dlog4j2.configurationFile={_log4j_config()}"
+        builder = (
+            builder.config("spark.speculation", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.extraJavaOptions", quiet)
+            .config("spark.executor.extraJavaOptions", quiet)
+            .config("spark.python.worker.reuse", "true")
+        )
+        if (master or "local").startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+            # Local workers must use this interpreter (and its installed partsync); on a real
+            # cluster, PYSPARK_PYTHON / spark.pyspark.python is the deployment's choice.
+            # PySpark reads the worker interpreter from the environment when the context starts.
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        if session.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+            raise UsageError(
+                "spark.speculation is enabled on this Spark session; partsync needs it off "
+                "(two attempts of one task would be two writers on one partition)"
+            )
+        return session
+
+
+class FaultInjection:
+    """Test hook: make the first attempt of one partition's task crash mid-copy.
+
+    The executor's Python worker exits abruptly after ``after_batches`` appends were confirmed,
+    as a killed executor would; Spark then retries the task. Only used by the test suite.
+    """
+
+    def __init__(self, topic: str, partition: int, after_batches: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.after_batches = after_batches
+
+    def progress_for(self, task: PartitionTask) -> Callable[[str, int, int, int], None] | None:
+        ctx = TaskContext.get()
+        if ctx is None or ctx.attemptNumber() > 0 or task.key != (self.topic, self.partition):
+            return None
+        seen = [0]
+
+        def progress(topic: str, partition: int, nbytes: int, next_offset: int) -> None:
+            seen[0] += 1
+            if seen[0] >= self.after_batches:
+                os._exit(17)
+
+        return progress
+
+
+def _run_tasks(tasks: Iterator[PartitionTask], fault: FaultInjection | None) -> Iterator[PartitionResult]:
+    for task in tasks:
+        progress = fault.progress_for(task) if fault else None
+        try:
+            yield run_partition_task(task, None, progress)
+        except Exception as e:  # a bug: still report it as this partition's result
+            p = task.plan
+            yield PartitionResult(p.topic, p.partition, Status.ERROR, p.local.end, p.local.end,
+                                  p.target_end, reason=f"task crashed: {e!r}")
+
+
+class SparkEngine(Engine):
+    name = "spark"
+
+    def __init__(self, master: str | None = None, parallelism: int = 8,
+                 fault: FaultInjection | None = None, max_task_failures: int = 4) -> None:
+        self.master = master
+        self.parallelism = parallelism
+        self.fault = fault
+        self.max_task_failures = max_task_failures
+
+    def session(self) -> Any:
+        master = self.master
+        # local[N] never retries a failed task; local[N,F] allows F attempts like a cluster.
+        if master and master.startswith("local[") and "," not in master:
+            master = master[:-1] + f",{self.max_task_failures}]"
+        return spark_session(master)
+
+    def run(
+        self,
+        tasks: Sequence[PartitionTask],
+        pool: ClusterPool,
+        on_result: Callable[[PartitionResult], None] | None = None,
+    ) -> list[PartitionResult]:
+        if not tasks:
+            return []
+        sc = self.session().sparkContext
+        fault = self.fault
+        rdd = sc.parallelize(list(tasks), numSlices=len(tasks))
+        started = time.monotonic()
+        try:
+            results: list[PartitionResult] = rdd.mapPartitions(lambda it: _run_tasks(it, fault)).collect()
+        except Exception as e:
+            # The job itself failed (e.g. a task exhausted its attempts): report every partition
+            # as failed with Spark's reason, not a stack trace.
+            reason = str(e).strip().splitlines()[0][:500] if str(e).strip() else repr(e)
+            results = [
+                PartitionResult(t.plan.topic, t.plan.partition, Status.ERROR, t.plan.local.end,
+                                t.plan.local.end, t.plan.target_end,
+                                reason=f"Spark job failed: {reason}")
+                for t in tasks
+            ]
+        log.info("spark job with %d task(s) took %.2fs", len(tasks), time.monotonic() - started)
+        if on_result:
+            for r in results:
+                on_result(r)
+        return results
