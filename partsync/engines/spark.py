@@ -88,14 +88,17 @@ class FaultInjection:
     as a killed executor would; Spark then retries the task. Only used by the test suite.
     """
 
-    def __init__(self, topic: str, partition: int, after_batches: int) -> None:
+    def __init__(self, topic: str, partition: int, after_batches: int, every_attempt: bool = False) -> None:
         self.topic = topic
         self.partition = partition
         self.after_batches = after_batches
+        self.every_attempt = every_attempt
 
     def progress_for(self, task: PartitionTask) -> Callable[[str, int, int, int], None] | None:
         ctx = TaskContext.get()
-        if ctx is None or ctx.attemptNumber() > 0 or task.key != (self.topic, self.partition):
+        if ctx is None or task.key != (self.topic, self.partition):
+            return None
+        if ctx.attemptNumber() > 0 and not self.every_attempt:
             return None
         seen = [0]
 

@@ -1,0 +1,137 @@
+"""The Spark engine against real brokers: same results as the local engine, retries stay
+offset-identical. One SparkSession (local[2]) is shared by the module."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from partsync.config import ClusterRef, Config  # noqa: E402
+from partsync.engines.local import LocalEngine  # noqa: E402
+from partsync.engines.spark import FaultInjection, SparkEngine  # noqa: E402
+from partsync.plan import PlanPolicy  # noqa: E402
+from partsync.result import Status  # noqa: E402
+from partsync.sync import SyncRequest, run_sync  # noqa: E402
+from partsync.task import ClusterPool  # noqa: E402
+from partsync.testing import data  # noqa: E402
+from partsync.testing.brokers import Broker  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+MASTER = "local[2]"
+
+
+@pytest.fixture(scope="module")
+def spark_engine() -> SparkEngine:
+    engine = SparkEngine(master=MASTER)
+    engine.session()  # start the shared session once
+    return engine
+
+
+@pytest.fixture(scope="module")
+def second_local(broker_factory) -> Broker:
+    return broker_factory("extra")
+
+
+def ref(b: Broker) -> ClusterRef:
+    return Config(clusters={}).resolve(b.bootstrap)
+
+
+def _fill(bootstrap: str, topic: str, partitions: int, n: int, compression: str) -> None:
+    data.create_topic(bootstrap, topic, partitions)
+    for p in range(partitions):
+        recs = data.make_records(n, seed=p + len(topic), partition=p, null_keys_every=13)
+        data.produce(bootstrap, topic, recs, compression=compression)
+
+
+def _request(topics: tuple[str, ...], source: Broker, local: Broker) -> SyncRequest:
+    return SyncRequest(topics, (ref(source),), ref(local), create_missing=True,
+                       policy=PlanPolicy(chunk_offsets=700))
+
+
+def _shape(report) -> list[tuple]:
+    return [
+        (t.topic, p.partition, p.status.value, p.local_end_before, p.local_end_after,
+         p.target_end, p.batches, p.bytes)
+        for t in report.topics for p in sorted(t.partitions, key=lambda r: r.partition)
+    ]
+
+
+def test_spark_and_local_engines_give_identical_results(spark_engine, source_a, local_broker,
+                                                       second_local, topic) -> None:
+    topics = (f"{topic}-x", f"{topic}-y")
+    _fill(source_a.bootstrap, topics[0], 3, 1500, "lz4")
+    _fill(source_a.bootstrap, topics[1], 2, 1200, "zstd")
+
+    with ClusterPool() as pool:
+        spark_report = run_sync(_request(topics, source_a, local_broker), spark_engine, pool)
+        local_report = run_sync(_request(topics, source_a, second_local), LocalEngine(), pool)
+
+    assert spark_report.exit_status == 0, spark_report.to_dict()
+    assert {p.status for p in spark_report.all_partitions()} == {Status.SYNCED}
+    assert _shape(spark_report) == _shape(local_report)
+    # Same JSON document shape whichever engine ran.
+    assert spark_report.to_dict().keys() == local_report.to_dict().keys()
+    assert [t.to_dict().keys() for t in spark_report.topics] == [t.to_dict().keys() for t in local_report.topics]
+    for t, parts in ((topics[0], 3), (topics[1], 2)):
+        data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, t, parts)
+        data.assert_partitions_identical(source_a.bootstrap, second_local.bootstrap, t, parts)
+
+    with ClusterPool() as pool:
+        again = run_sync(_request(topics, source_a, local_broker), spark_engine, pool)
+    assert {p.status for p in again.all_partitions()} == {Status.IN_SYNC}
+
+
+def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(source_a, local_broker, topic) -> None:
+    _fill(source_a.bootstrap, topic, 2, 4000, "none")
+    # The first attempt of partition 0's task kills its Python worker after 3 confirmed appends;
+    # Spark retries the task, which must resume from the local log end.
+    engine = SparkEngine(master=MASTER, fault=FaultInjection(topic, 0, after_batches=3))
+    req = SyncRequest((topic,), (ref(source_a),), ref(local_broker), create_missing=True,
+                      policy=PlanPolicy(chunk_offsets=500))
+    with ClusterPool() as pool:
+        report = run_sync(req, engine, pool, retries=0)
+    by_part = {p.partition: p for p in report.all_partitions()}
+    assert by_part[0].status is Status.SYNCED, by_part[0]
+    assert by_part[0].local_end_after == by_part[0].target_end == 4000
+    # The retried attempt started where the killed one stopped: it reports fewer batches than a
+    # full copy (the first attempt's appends stayed, at the right offsets).
+    full = by_part[1].batches
+    assert 0 < by_part[0].batches < full
+    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 2)
+
+
+def test_task_that_keeps_failing_comes_back_as_partition_errors(source_a, local_broker, topic) -> None:
+    # Enough batches (~60) that four killed attempts cannot finish the partition between them.
+    _fill(source_a.bootstrap, topic, 1, 40000, "none")
+    engine = SparkEngine(master=MASTER, fault=FaultInjection(topic, 0, after_batches=2, every_attempt=True))
+    req = SyncRequest((topic,), (ref(source_a),), ref(local_broker), create_missing=True,
+                      policy=PlanPolicy(chunk_offsets=500))
+    with ClusterPool() as pool:
+        report = run_sync(req, engine, pool, retries=0)
+    (result,) = report.all_partitions()
+    assert result.status is Status.ERROR
+    assert result.reason and result.reason.startswith("Spark job failed:")
+    assert "Traceback" not in result.reason and "\n" not in result.reason
+    assert report.exit_status == 1
+    # Whatever the killed attempts appended is a prefix of the source, at the same offsets, and
+    # an ordinary rerun completes it.
+    with ClusterPool() as pool:
+        rerun = run_sync(req, LocalEngine(), pool)
+    assert rerun.exit_status == 0
+    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 1)
+
+
+def test_cli_engine_spark(cli, source_a, local_broker, topic) -> None:
+    _fill(source_a.bootstrap, topic, 2, 300, "gzip")
+    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
+              local_broker.bootstrap, "--create-missing", "--engine", "spark",
+              "--spark-master", MASTER, "--json")
+    assert res.code == 0, res.stderr
+    doc = res.json
+    assert [p["status"] for p in doc["topics"][0]["partitions"]] == ["synced", "synced"]
+    # Spark's own console noise stays quiet: no INFO/WARN log lines from Spark on stderr.
+    noisy = [l for l in res.stderr.splitlines() if " INFO " in l or " WARN " in l]
+    assert not noisy, noisy[:5]
+    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 2)
