@@ -80,6 +80,15 @@ _PREFERRED = {
 _SIZE = struct.Struct(">i")
 
 
+def _ssl_context(sec: Security) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=sec.ssl_cafile)
+    if not sec.ssl_check_hostname:
+        ctx.check_hostname = False
+    if sec.ssl_certfile:
+        ctx.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile, sec.ssl_password)
+    return ctx
+
+
 def error_name(code: int) -> str:
     return str(_kerrors.for_code(code).__name__)
 
@@ -201,7 +210,7 @@ class Connection:
                 pass
         if self._security.uses_ssl:
             try:
-                sock = self._security.ssl_context().wrap_socket(sock, server_hostname=host)
+                sock = _ssl_context(self._security).wrap_socket(sock, server_hostname=host)
             except (ssl.SSLError, OSError) as e:
                 sock.close()
                 raise ClusterError(f"TLS handshake with {host}:{port} failed: {e}", cluster=cluster) from e

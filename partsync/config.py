@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,14 +70,6 @@ class Security:
     @property
     def uses_sasl(self) -> bool:
         return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
-
-    def ssl_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.ssl_cafile)
-        if not self.ssl_check_hostname:
-            ctx.check_hostname = False
-        if self.ssl_certfile:
-            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_password)
-        return ctx
 
 
 @dataclass(frozen=True)
@@ -185,11 +176,18 @@ def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
         if not table.get("sasl_plain_username"):
             raise ConfigError(f"[clusters.{name}]: SASL needs sasl_plain_username")
         password = _env_secret(name, table.get("sasl_plain_password_env"), env)
+    check_hostname = table.get("ssl_check_hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError(f"[clusters.{name}]: ssl_check_hostname must be true or false (unquoted)")
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username"):
+        if key in table and not isinstance(table[key], str):
+            raise ConfigError(f"[clusters.{name}]: {key} must be a string")
     ssl_password = None
     if "ssl_password_env" in table:
         ssl_password = _env_secret(name, table["ssl_password_env"], env)
     rate = table.get("max_bytes_per_sec")
-    if rate is not None and (not isinstance(rate, int) or rate <= 0):
+    # bool is an int subclass: `true` must not become 1 byte/s.
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
         raise ConfigError(f"[clusters.{name}]: max_bytes_per_sec must be a positive integer")
     security = Security(
         security_protocol=protocol,
@@ -197,7 +195,7 @@ def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
         ssl_certfile=table.get("ssl_certfile"),
         ssl_keyfile=table.get("ssl_keyfile"),
         ssl_password=ssl_password,
-        ssl_check_hostname=bool(table.get("ssl_check_hostname", True)),
+        ssl_check_hostname=check_hostname,
         sasl_mechanism=mechanism if protocol.startswith("SASL") else None,
         sasl_plain_username=table.get("sasl_plain_username"),
         sasl_plain_password=password,

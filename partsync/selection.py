@@ -8,9 +8,15 @@ __all__ = ["parse_partitions", "select"]
 
 
 def parse_partitions(spec: str | None) -> frozenset[int] | None:
-    """``None``/empty means all partitions; otherwise a set of partition numbers."""
-    if spec is None or not spec.strip():
+    """``None`` (flag not given) means all partitions; otherwise a set of partition numbers.
+
+    An explicitly empty spec is an error, not "all": an unset shell variable must not silently
+    widen a run to every partition.
+    """
+    if spec is None:
         return None
+    if not spec.strip():
+        raise UsageError("empty partition spec: give partitions like 0,3-5, or leave out --partitions")
     out: set[int] = set()
     for part in spec.split(","):
         part = part.strip()

@@ -132,21 +132,7 @@ def _forbidden(names: object) -> list[str]:
     return sorted(n for n in names if n.split(".")[0] in FORBIDDEN)
 
 
-def _xfail_config(module: str) -> list[pytest.MarkDecorator]:
-    if module != "partsync.config":
-        return []
-    return [
-        pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "partsync.config imports ssl (which imports socket) for Security.ssl_context(); "
-                "building an SSLContext belongs in the I/O layer (_kafka.py), not the pure config"
-            ),
-        )
-    ]
-
-
-@pytest.mark.parametrize("module", [pytest.param(m, marks=_xfail_config(m)) for m in PURE])
+@pytest.mark.parametrize("module", PURE)
 def test_pure_module_loads_no_io_library(
     module: str, imports: dict[str, dict[str, object]]
 ) -> None:
@@ -175,7 +161,7 @@ def _imports_in(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("module", [pytest.param(m, marks=_xfail_config(m)) for m in PURE])
+@pytest.mark.parametrize("module", PURE)
 def test_pure_module_source_imports(module: str) -> None:
     """Also catches imports inside functions, which importing the module never runs. A pure
     module may use the stdlib (minus networking), its pure dependencies and other pure modules."""

@@ -51,13 +51,6 @@ def test_only_separators(spec: str) -> None:
         parse_partitions(spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "parse_partitions('') returns None (= every partition), while ',' is an error: an "
-        "explicit --partitions '' (e.g. an empty shell variable) silently selects all partitions"
-    ),
-)
 @pytest.mark.parametrize("spec", ["", "   "])
 def test_explicit_empty_spec_is_an_error(spec: str) -> None:
     with pytest.raises(UsageError):
