@@ -152,7 +152,10 @@ class PartitionDiff:
         return {
             "partition": self.partition,
             "clusters": {
-                name: {"log_start": b.log_start if b else None, "high_watermark": b.end if b else None}
+                name: {
+                    "log_start": b.log_start if b else None,
+                    "high_watermark": b.end if b else None,
+                }
                 for name, b in self.clusters.items()
             },
             "common_range": list(self.common_range) if self.common_range is not None else None,
@@ -404,7 +407,9 @@ class _Reader:
 # -- narrowing a divergence ------------------------------------------------------------------
 
 
-def _batch_at(cluster: Cluster, topic: str, partition: int, offset: int, opts: DiffOptions) -> Batch | None:
+def _batch_at(
+    cluster: Cluster, topic: str, partition: int, offset: int, opts: DiffOptions
+) -> Batch | None:
     with cluster.connect_leader(topic, partition) as conn:
         for b in _read_batches(conn, cluster.name, topic, partition, offset, offset + 1, opts):
             return b if b.base_offset <= offset <= b.last_offset else None
@@ -419,7 +424,8 @@ def _record_at(batch: Batch | None, offset: int) -> Record | None:
 
 def _spans(div: Divergence) -> str:
     return ", ".join(
-        f"{n} {'has no batch there' if u is None else 'holds ' + u.span}" for n, u in div.units.items()
+        f"{n} {'has no batch there' if u is None else 'holds ' + u.span}"
+        for n, u in div.units.items()
     )
 
 
@@ -460,9 +466,13 @@ def _narrow(
         detail = describe_record_difference(got, reference)
         return div.offset, div.disagreeing, f"records differ at offset {div.offset}: {detail}"
     if div.boundaries_differ:
-        return div.offset, div.disagreeing, (
-            f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records may "
-            "still be equal: compare them with --level record"
+        return (
+            div.offset,
+            div.disagreeing,
+            (
+                f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records may "
+                "still be equal: compare them with --level record"
+            ),
         )
     # Same offsets, different digests: open the batch on every cluster and compare its records.
     span = next(u for u in div.units.values() if u is not None).span
@@ -476,18 +486,32 @@ def _narrow(
         inner = first_divergence(per, start=start, chunk=div.chunk)
         got = {n: _record_at(batches[n], inner.offset) for n in inner.units} if inner else {}
     except CorruptBatchError as e:
-        return div.offset, div.disagreeing, (
-            f"batch {span} differs between clusters; its records could not be decoded to narrow "
-            f"it down: {e.reason}"
+        return (
+            div.offset,
+            div.disagreeing,
+            (
+                f"batch {span} differs between clusters; its records could not be decoded to narrow "
+                f"it down: {e.reason}"
+            ),
         )
     if inner is None:
-        headers = _header_differences(batches, reference) or "same codec, different compressed bytes"
-        return div.offset, div.disagreeing, (
-            f"batch {span} holds the same records on every cluster but its stored bytes differ "
-            f"({headers}); --level record would report these records as identical"
+        headers = (
+            _header_differences(batches, reference) or "same codec, different compressed bytes"
+        )
+        return (
+            div.offset,
+            div.disagreeing,
+            (
+                f"batch {span} holds the same records on every cluster but its stored bytes differ "
+                f"({headers}); --level record would report these records as identical"
+            ),
         )
     detail = describe_record_difference(got, inner.agreeing[0])
-    return inner.offset, inner.disagreeing, f"records differ at offset {inner.offset} (in batch {span}): {detail}"
+    return (
+        inner.offset,
+        inner.disagreeing,
+        f"records differ at offset {inner.offset} (in batch {span}): {detail}",
+    )
 
 
 # -- one partition ---------------------------------------------------------------------------
@@ -585,7 +609,9 @@ def _error_partition(
     )  # fmt: skip
 
 
-def _diff_topic(topic: str, req: DiffRequest, pool: ClusterPool, ex: ThreadPoolExecutor) -> TopicDiff:
+def _diff_topic(
+    topic: str, req: DiffRequest, pool: ClusterPool, ex: ThreadPoolExecutor
+) -> TopicDiff:
     names = [c.name for c in req.clusters]
     level = req.options.level
     counts: dict[str, int | None] = {}
@@ -604,7 +630,9 @@ def _diff_topic(topic: str, req: DiffRequest, pool: ClusterPool, ex: ThreadPoolE
         else:
             reason = f"topic {topic} does not exist on any reachable cluster"
             if unreachable:
-                reason += "; " + "; ".join(f"cluster {n} unreachable: {r}" for n, r in unreachable.items())
+                reason += "; " + "; ".join(
+                    f"cluster {n} unreachable: {r}" for n, r in unreachable.items()
+                )
         return TopicDiff(topic, (), counts, reason, DiffStatus.ERROR)
     parts = select(max(present.values()), req.partitions, topic=topic)
 
@@ -662,11 +690,12 @@ def diff_topics(req: DiffRequest, pool: ClusterPool, *, parallelism: int = 4) ->
     """Diff every requested topic, ``parallelism`` partitions at a time."""
     started = time.monotonic()
     out = []
-    with ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="partsync-diff") as ex:
+    with ThreadPoolExecutor(
+        max_workers=max(1, parallelism), thread_name_prefix="partsync-diff"
+    ) as ex:
         for topic in req.topics:
             out.append(_diff_topic(topic, req, pool, ex))
     return DiffReport(
         tuple(out), tuple(c.name for c in req.clusters), req.options.level,
         req.options.chunk_offsets, time.monotonic() - started,
     )  # fmt: skip
-

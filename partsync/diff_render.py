@@ -58,8 +58,12 @@ def _common(p: PartitionDiff) -> str:
 def diff_table(report: DiffReport) -> Table:
     """One row per partition: status, common range, each cluster's range (lag, ✗ = disagrees),
     the first divergent offset. Who disagrees and why goes in ``diff_notes`` below it."""
-    t = Table(title=f"partsync diff ({report.level.value} level; ranges are [log start, high "
-                    "watermark), -N = lag, ✗ = disagrees)", title_justify="left", pad_edge=False)
+    t = Table(
+        title=f"partsync diff ({report.level.value} level; ranges are [log start, high "
+        "watermark), -N = lag, ✗ = disagrees)",
+        title_justify="left",
+        pad_edge=False,
+    )
     t.add_column("topic", overflow="fold", min_width=6)
     t.add_column("part", justify="right", min_width=4)
     t.add_column("status", min_width=9)
@@ -216,9 +220,13 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
             xe = _x(hi, lo, hi)
             out.append(f'<rect x="{x1:.1f}" y="{y}" width="{max(1.0, xe - x1):.1f}" height="18" rx="3" '
                        f'fill="url(#lag)" stroke="#d4a72c"><title>{_esc(name)} lags by {lag}</title></rect>')  # fmt: skip
-            out.append(f'<text x="{min(xe, x1 + 4):.1f}" y="{y + 13}" fill="#7d4e00">lag {lag}</text>')
+            out.append(
+                f'<text x="{min(xe, x1 + 4):.1f}" y="{y + 13}" fill="#7d4e00">lag {lag}</text>'
+            )
     axis = rows + 12
-    out.append(f'<line x1="{_LABEL}" y1="{axis}" x2="{_W - 20}" y2="{axis}" stroke="#d1d9e0" stroke-width="2"/>')
+    out.append(
+        f'<line x1="{_LABEL}" y1="{axis}" x2="{_W - 20}" y2="{axis}" stroke="#d1d9e0" stroke-width="2"/>'
+    )
     if p.common_range is not None and p.common_range[1] > p.common_range[0]:
         c0, c1 = p.common_range
         x0, x1 = _x(c0, lo, hi), _x(c1, lo, hi)
@@ -275,16 +283,20 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
         int(report.exit_status), str(int(report.exit_status)))  # fmt: skip
     body = [
         f"<h1>partsync diff: {_esc(overall)}</h1>",
-        (f'<div class="meta">clusters {_esc(", ".join(report.clusters))} &middot; '
-        f"{_esc(report.level.value)} level &middot; chunks of {report.chunk_offsets} offsets "
-        f"&middot; {report.seconds:.1f} s &middot; generated {_esc(when)}</div>"),
+        (
+            f'<div class="meta">clusters {_esc(", ".join(report.clusters))} &middot; '
+            f"{_esc(report.level.value)} level &middot; chunks of {report.chunk_offsets} offsets "
+            f"&middot; {report.seconds:.1f} s &middot; generated {_esc(when)}</div>"
+        ),
         f'<div class="summary">{summary}</div>',
         f'<div class="meta">{_esc(diff_summary(report))}</div>',
-        ('<div class="legend"><span><i style="background:#0969da"></i>cluster range [log start, '
-        'high watermark)</span><span><i style="background:#1a7f37"></i>common range</span>'
-        '<span><i style="background:#fff1c2;border:1px solid #d4a72c"></i>lag</span>'
-        '<span><i style="background:#cf222e"></i>disagreeing cluster / first divergent offset'
-        "</span></div>"),
+        (
+            '<div class="legend"><span><i style="background:#0969da"></i>cluster range [log start, '
+            'high watermark)</span><span><i style="background:#1a7f37"></i>common range</span>'
+            '<span><i style="background:#fff1c2;border:1px solid #d4a72c"></i>lag</span>'
+            '<span><i style="background:#cf222e"></i>disagreeing cluster / first divergent offset'
+            "</span></div>"
+        ),
     ]
     for tp in report.topics:
         body.append(f"<h2>topic {_esc(tp.topic)} "
@@ -299,8 +311,8 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
             '<rect width="6" height="6" fill="#fff1c2"/><line x1="0" y1="0" x2="0" y2="6" '
             'stroke="#d4a72c" stroke-width="2"/></pattern></defs></svg>')  # fmt: skip
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>partsync diff: {_esc(', '.join(t.topic for t in report.topics))}</title>"
         f"<style>{_CSS}</style></head><body>{defs}{''.join(body)}</body></html>\n"
     )

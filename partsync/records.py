@@ -145,7 +145,14 @@ def _gzip(data: bytes) -> bytes:
 
 _DECOMPRESSORS = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
 # What the codecs raise on bad input (lz4 raises RuntimeError; snappy its own UncompressError).
-_CODEC_ERRORS = (OSError, EOFError, zlib.error, RuntimeError, zstandard.ZstdError, snappy.UncompressError)
+_CODEC_ERRORS = (
+    OSError,
+    EOFError,
+    zlib.error,
+    RuntimeError,
+    zstandard.ZstdError,
+    snappy.UncompressError,
+)
 
 
 def decompress(codec: int, data: bytes) -> bytes:

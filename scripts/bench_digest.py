@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     chunk = [r for r in rows if r["level"] == "chunk"]
     if chunk:
         rate = min(r["batches"] / r["seconds"] for r in chunk)
-        print(f"chunk digests: >= {rate:,.0f} batch digests/s grouped (negligible next to digesting)")
+        print(
+            f"chunk digests: >= {rate:,.0f} batch digests/s grouped (negligible next to digesting)"
+        )
     return 0
 
 

@@ -64,7 +64,9 @@ def create_everywhere(brokers: Sequence[Broker], topic: str, partitions: int = 1
 def copy(topic: str, src: ClusterRef, dst: ClusterRef) -> None:
     """partsync sync: the way identical clusters are made."""
     with ClusterPool() as pool:
-        report = run_sync(SyncRequest(topics=(topic,), sources=(src,), local=dst), LocalEngine(), pool)
+        report = run_sync(
+            SyncRequest(topics=(topic,), sources=(src,), local=dst), LocalEngine(), pool
+        )
     assert report.exit_status is ExitStatus.OK, report.to_dict()
 
 
@@ -107,7 +109,9 @@ def only(report: DiffReport) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("codec", COMPRESSIONS)
-def test_partsync_copies_are_identical_at_both_levels(dcs: dict[str, Broker], topic: str, codec: str) -> None:
+def test_partsync_copies_are_identical_at_both_levels(
+    dcs: dict[str, Broker], topic: str, codec: str
+) -> None:
     create_everywhere(list(dcs.values()), topic, 2)
     produce(dcs["dc1"].bootstrap, topic, make_records(400, seed=1), compression=codec, partition=0)
     produce(dcs["dc1"].bootstrap, topic, make_records(150, seed=2), compression=codec, partition=1)
@@ -189,7 +193,9 @@ def test_divergence_after_a_shared_prefix_is_found_exactly(
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
-def test_divergence_inside_a_batch_is_pinpointed(dcs: dict[str, Broker], topic: str, codec: str) -> None:
+def test_divergence_inside_a_batch_is_pinpointed(
+    dcs: dict[str, Broker], topic: str, codec: str
+) -> None:
     """Same batch boundaries, one record different: batch level opens the batch."""
     create_everywhere([dcs["dc1"], dcs["dc2"]], topic)
     recs = diffkit.records(100, seed=1)
@@ -299,7 +305,9 @@ def test_unreachable_cluster(dcs: dict[str, Broker], topic: str) -> None:
 
 
 @pytest.fixture
-def diff_cli(dcs: dict[str, Broker], tmp_path: Path, cli: Callable[..., CliResult]) -> Callable[..., CliResult]:
+def diff_cli(
+    dcs: dict[str, Broker], tmp_path: Path, cli: Callable[..., CliResult]
+) -> Callable[..., CliResult]:
     """``partsync --config FILE diff ARGS`` with the clusters named dc1, dc2, dc3 and a dead dc9."""
     lines = []
     for name, b in dcs.items():
@@ -318,7 +326,9 @@ def test_cli_exit_codes_json_table_and_html(
     dcs: dict[str, Broker], topic: str, tmp_path: Path, diff_cli: Callable[..., CliResult]
 ) -> None:
     create_everywhere(list(dcs.values()), topic, 2)
-    produce(dcs["dc1"].bootstrap, topic, make_records(50, seed=1), compression="snappy", partition=0)
+    produce(
+        dcs["dc1"].bootstrap, topic, make_records(50, seed=1), compression="snappy", partition=0
+    )
     r = refs(dcs)
     copy(topic, r[0], r[1])
     copy(topic, r[0], r[2])
@@ -345,7 +355,9 @@ def test_cli_exit_codes_json_table_and_html(
     jdoc = json.loads(diff_cli("--topic", topic, "--clusters", "dc1,dc2", "--json",
                                "--partitions", "1").stdout)  # fmt: skip
     (p1,) = jdoc["topics"][0]["partitions"]
-    assert p1["partition"] == 1 and p1["first_divergent_offset"] == 0 and p1["disagreeing"] == ["dc2"]
+    assert (
+        p1["partition"] == 1 and p1["first_divergent_offset"] == 0 and p1["disagreeing"] == ["dc2"]
+    )
 
 
 def test_cli_unreachable_and_usage_errors(dcs: dict[str, Broker], topic: str,

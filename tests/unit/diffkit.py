@@ -67,7 +67,9 @@ def xerial(data: bytes, block: int = 32 * 1024) -> bytes:
     return bytes(out)
 
 
-def compress(codec: str, data: bytes, *, snappy_framing: str = "xerial", zstd_frames: int = 1) -> bytes:
+def compress(
+    codec: str, data: bytes, *, snappy_framing: str = "xerial", zstd_frames: int = 1
+) -> bytes:
     if codec == "none":
         return data
     if codec == "gzip":

@@ -93,7 +93,9 @@ def test_unknown_bounds_serialise_as_nulls() -> None:
 )
 def test_topic_status_and_exit_code(statuses: list[DiffStatus], topic_status: DiffStatus | None,
                                     topic: DiffStatus, exit_status: ExitStatus) -> None:  # fmt: skip
-    t = TopicDiff("orders", tuple(part(i, s) for i, s in enumerate(statuses)), topic_status=topic_status)
+    t = TopicDiff(
+        "orders", tuple(part(i, s) for i, s in enumerate(statuses)), topic_status=topic_status
+    )
     assert t.status is topic
     assert report(t).exit_status is exit_status
     assert report(t).to_dict()["topics"][0]["status"] == topic.value

@@ -47,7 +47,11 @@ def chunks(units: Sequence[Unit], size: int, start: int = 0) -> list[ChunkDigest
 def test_chunks_are_offset_aligned_and_skip_empty_ones() -> None:
     units = [u(0, 4), u(5, 9), u(10, 14), u(35, 39)]
     got = chunks(units, 10)
-    assert [(c.index, [x.first for x in c.units]) for c in got] == [(0, [0, 5]), (1, [10]), (3, [35])]
+    assert [(c.index, [x.first for x in c.units]) for c in got] == [
+        (0, [0, 5]),
+        (1, [10]),
+        (3, [35]),
+    ]
     assert got[0].digest == chunk_digest(units[:2])
 
 
@@ -104,7 +108,12 @@ def test_first_divergence_names_the_minority_and_the_offset() -> None:
     bad = [u(0, 4), u(5, 9, tag="b"), u(10, 14)]
     div = first_divergence({"dc1": good, "dc2": bad, "dc3": good}, chunk=0)
     assert div is not None
-    assert (div.offset, div.agreeing, div.disagreeing, div.chunk) == (5, ("dc1", "dc3"), ("dc2",), 0)
+    assert (div.offset, div.agreeing, div.disagreeing, div.chunk) == (
+        5,
+        ("dc1", "dc3"),
+        ("dc2",),
+        0,
+    )
     assert not div.boundaries_differ
 
 
@@ -231,11 +240,17 @@ def test_different_boundaries_same_records() -> None:
 
 def test_record_level_finds_the_exact_offset_across_layouts() -> None:
     recs = diffkit.records(40)
-    other = [*recs[:23], diffkit.R(b"key-23", b"changed", recs[23].headers, recs[23].ts), *recs[24:]]
+    other = [
+        *recs[:23],
+        diffkit.R(b"key-23", b"changed", recs[23].headers, recs[23].ts),
+        *recs[24:],
+    ]
     a = diffkit.log_of(recs, [10, 10, 10, 10], codec="zstd")
     b = diffkit.log_of(other, [16, 16, 8], codec="snappy")
     c = diffkit.log_of(recs, [40], codec="none")
-    res = compare_chunks({n: iter_chunks(record_units(x), 8) for n, x in (("a", a), ("b", b), ("c", c))})
+    res = compare_chunks(
+        {n: iter_chunks(record_units(x), 8) for n, x in (("a", a), ("b", b), ("c", c))}
+    )
     assert res.divergence is not None
     assert (res.divergence.offset, res.divergence.disagreeing, res.chunks) == (23, ("b",), 2)
 

@@ -241,8 +241,14 @@ def test_record_digest_covers_every_field() -> None:
 
 def test_record_digest_ignores_batch_layout() -> None:
     recs = diffkit.records(10)
-    one = [r for b in iter_batches(diffkit.log_of(recs, [10], codec="gzip")) for r in iter_records(b)]
-    three = [r for b in iter_batches(diffkit.log_of(recs, [3, 3, 4], codec="lz4")) for r in iter_records(b)]
+    one = [
+        r for b in iter_batches(diffkit.log_of(recs, [10], codec="gzip")) for r in iter_records(b)
+    ]
+    three = [
+        r
+        for b in iter_batches(diffkit.log_of(recs, [3, 3, 4], codec="lz4"))
+        for r in iter_records(b)
+    ]
     assert [r.digest() for r in one] == [r.digest() for r in three]
 
 
