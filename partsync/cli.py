@@ -297,9 +297,16 @@ Exit codes:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), default=None,
               metavar="FILE", help="Also write a self-contained HTML report to FILE.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="Where comparisons run: threads in this process, or Apache Spark (one task per "
+                   "offset-range slice of each partition).")
+@click.option("--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4]).")
+@click.option("--slice-offsets", type=click.IntRange(min=1), default=None,
+              help="With --engine spark: offsets per Spark task (default: 4 digest chunks).")
 @click.pass_obj
 def diff(ctx: _Ctx, topics: tuple[str, ...], clusters: str, partitions: str | None, level: str,
-         chunk_offsets: int, parallelism: int, as_json: bool, html_path: str | None) -> None:
+         chunk_offsets: int, parallelism: int, as_json: bool, html_path: str | None, engine: str,
+         spark_master: str | None, slice_offsets: int | None) -> None:
     """Check that clusters hold identical copies of a topic's partitions. Read-only.
 
     Per partition: each cluster's log start and high watermark, each cluster's lag behind the
@@ -326,8 +333,13 @@ def diff(ctx: _Ctx, topics: tuple[str, ...], clusters: str, partitions: str | No
             partitions=parse_partitions(partitions),
             options=DiffOptions(level=Level(level), chunk_offsets=chunk_offsets),
         )
+        runner = None
+        if engine == "spark":
+            from partsync.engines import make_engine
+
+            runner = make_engine("spark", spark_master=spark_master).diff_runner(slice_offsets)  # type: ignore[attr-defined]
         with ClusterPool() as pool:
-            report = diff_topics(req, pool, parallelism=parallelism)
+            report = diff_topics(req, pool, parallelism=parallelism, runner=runner)
         if html_path:
             try:
                 Path(html_path).write_text(diff_html(report), encoding="utf-8")

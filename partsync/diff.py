@@ -609,8 +609,49 @@ def _error_partition(
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class DiffJob:
+    """One partition (or one ``options.within`` slice of it) to compare: plain picklable data,
+    so an engine can run it on a thread or a Spark executor."""
+
+    clusters: tuple[ClusterRef, ...]
+    topic: str
+    partition: int
+    options: DiffOptions
+    bounds: Mapping[str, Bounds]
+
+    def run(self, pool: ClusterPool | None = None) -> PartitionDiff:
+        return diff_partition(self.clusters, self.topic, self.partition, self.options,
+                              bounds=self.bounds, pool=pool)  # fmt: skip
+
+    def run_failed(self, reason: str) -> PartitionDiff:
+        """The result of a job that could not run at all (e.g. its engine failed)."""
+        names = [c.name for c in self.clusters]
+        return _error_partition(self.topic, self.partition, names, dict(self.bounds),
+                                self.options.level, reason, ())  # fmt: skip
+
+
+DiffRunner = Callable[[Sequence[DiffJob]], list[PartitionDiff]]
+
+
+def merge_slices(slices: Sequence[PartitionDiff]) -> PartitionDiff:
+    """One partition's result from the results of its ``within`` slices (in offset order):
+    the first error wins, else the first divergent slice, else the common verdict."""
+    ordered = sorted(slices, key=lambda d: (d.first_divergent_offset is None, d.first_divergent_offset or 0))
+    first = slices[0]
+    chosen = next((d for d in slices if d.status is DiffStatus.ERROR), None)
+    if chosen is None:
+        chosen = next((d for d in ordered if d.status is DiffStatus.DIVERGENT), first)
+    read: dict[str, int] = {}
+    for d in slices:
+        for n, k in d.bytes_read.items():
+            read[n] = read.get(n, 0) + k
+    return replace(chosen, common_range=first.common_range, chunks=sum(d.chunks for d in slices),
+                   bytes_read=read, seconds=sum(d.seconds for d in slices))  # fmt: skip
+
+
 def _diff_topic(
-    topic: str, req: DiffRequest, pool: ClusterPool, ex: ThreadPoolExecutor
+    topic: str, req: DiffRequest, pool: ClusterPool, run_jobs: DiffRunner
 ) -> TopicDiff:
     names = [c.name for c in req.clusters]
     level = req.options.level
@@ -662,7 +703,7 @@ def _diff_topic(
             topic_status = DiffStatus.ERROR
 
     results: list[PartitionDiff] = []
-    futures = []
+    jobs: list[DiffJob] = []
     for p in parts:
         per = {n: bounds.get(n, {}).get(p) for n in names}
         if unreachable:
@@ -679,22 +720,28 @@ def _diff_topic(
             ))  # fmt: skip
             continue
         full = {n: b for n, b in per.items() if b is not None}
-        futures.append(ex.submit(diff_partition, req.clusters, topic, p, req.options,
-                                 bounds=full, pool=pool))  # fmt: skip
-    results.extend(f.result() for f in futures)
+        jobs.append(DiffJob(tuple(req.clusters), topic, p, req.options, full))
+    results.extend(run_jobs(jobs))
     results.sort(key=lambda r: r.partition)
     return TopicDiff(topic, tuple(results), counts, "; ".join(findings) or None, topic_status)
 
 
-def diff_topics(req: DiffRequest, pool: ClusterPool, *, parallelism: int = 4) -> DiffReport:
-    """Diff every requested topic, ``parallelism`` partitions at a time."""
+def diff_topics(
+    req: DiffRequest, pool: ClusterPool, *, parallelism: int = 4, runner: DiffRunner | None = None
+) -> DiffReport:
+    """Diff every requested topic: ``runner`` executes the per-partition jobs (default: this
+    process, ``parallelism`` partitions at a time; the Spark engine passes its own)."""
     started = time.monotonic()
     out = []
     with ThreadPoolExecutor(
         max_workers=max(1, parallelism), thread_name_prefix="partsync-diff"
     ) as ex:
+
+        def run_local(jobs: Sequence[DiffJob]) -> list[PartitionDiff]:
+            return list(ex.map(lambda j: j.run(pool), jobs))
+
         for topic in req.topics:
-            out.append(_diff_topic(topic, req, pool, ex))
+            out.append(_diff_topic(topic, req, pool, runner or run_local))
     return DiffReport(
         tuple(out), tuple(c.name for c in req.clusters), req.options.level,
         req.options.chunk_offsets, time.monotonic() - started,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
+from partsync.diff import DiffJob, PartitionDiff, merge_slices
 from partsync.errors import UsageError
 from partsync.result import PartitionResult, Status
 from partsync.sync import Engine
@@ -38,7 +39,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(f"PySpark is not installed ({e})") from e
 
-__all__ = ["SparkEngine", "spark_session", "FaultInjection"]
+__all__ = ["SparkEngine", "spark_session", "FaultInjection", "slice_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -167,3 +168,49 @@ class SparkEngine(Engine):
             for r in results:
                 on_result(r)
         return results
+
+    def diff_runner(self, slice_offsets: int | None = None) -> Callable[[Sequence[DiffJob]], list[PartitionDiff]]:
+        """A runner for ``partsync.diff.diff_topics``: every partition's common range is cut into
+        slices (whole multiples of the digest chunk), one Spark task per slice reads and digests
+        its offsets on every cluster, and the driver merges the slices of each partition."""
+
+        def run(jobs: Sequence[DiffJob]) -> list[PartitionDiff]:
+            if not jobs:
+                return []
+            sliced = slice_jobs(jobs, slice_offsets)
+            sc = self.session().sparkContext
+            rdd = sc.parallelize(list(enumerate(sliced)), numSlices=len(sliced))
+            try:
+                done = dict(rdd.map(lambda item: (item[0], item[1].run())).collect())
+            except Exception as e:
+                reason = str(e).strip().splitlines()[0][:500] if str(e).strip() else repr(e)
+                done = {i: j.run_failed(f"Spark job failed: {reason}") for i, j in enumerate(sliced)}
+            by_partition: dict[tuple[str, int], list[PartitionDiff]] = {}
+            for i, j in enumerate(sliced):
+                by_partition.setdefault((j.topic, j.partition), []).append(done[i])
+            return [merge_slices(by_partition[(j.topic, j.partition)]) for j in jobs]
+
+        return run
+
+
+def slice_jobs(jobs: Sequence[DiffJob], slice_offsets: int | None) -> list[DiffJob]:
+    """Cut each job's common range into ``within`` slices aligned to the digest chunk grid."""
+    import dataclasses
+
+    from partsync.diff import common_range
+
+    out: list[DiffJob] = []
+    for job in jobs:
+        step = slice_offsets or job.options.chunk_offsets * 4
+        step = max(job.options.chunk_offsets, step - step % job.options.chunk_offsets)
+        lo, hi = common_range(job.bounds)
+        if hi - lo <= step:
+            out.append(job)
+            continue
+        start = lo
+        while start < hi:
+            # Slice ends sit on multiples of the chunk size so chunk digests line up.
+            end = min(hi, (start // step + 1) * step)
+            out.append(dataclasses.replace(job, options=dataclasses.replace(job.options, within=(start, end))))
+            start = end
+    return out
