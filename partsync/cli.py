@@ -30,6 +30,7 @@ Exit codes:
   1  any other failure (unreachable cluster, broker error); safe to rerun
   2  usage or configuration error
   3  at least one partition was refused as unsafe (others were still synced)
+  4  sync --deadline: the run stopped before it caught up
 """
 
 CLUSTER_HELP = (
@@ -185,11 +186,16 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
 @click.option("--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4]).")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Re-plan and retry partitions that failed with a retriable error.")
+@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop cleanly (in-flight appends confirmed) after SECONDS and exit 4 if not caught up.")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write Prometheus metrics for this run to FILE, atomically "
+                   "(node_exporter textfile collector).")
 @click.pass_obj
 def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
          chunk_offsets: int, create_missing: bool, as_json: bool, max_in_flight_bytes: int,
          connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None,
-         retries: int) -> None:
+         retries: int, deadline: float | None, metrics_file: str | None) -> None:
     """Copy what the local cluster lacks, at exactly the sources' offsets, then exit.
 
     One-shot: it catches up with the source bounds read at start and exits (the cron mode);
@@ -207,7 +213,17 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
                            connections_per_broker=connections_per_broker)
         req = _request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts)
         stop = threading.Event()
-        _install_stop_handler(stop)
+        why: list[str] = []
+        _install_stop_handler(stop, why)
+        timer = None
+        if deadline is not None:
+            def _deadline() -> None:
+                why.append("deadline")
+                stop.set()
+
+            timer = threading.Timer(deadline, _deadline)
+            timer.daemon = True
+            timer.start()
         with ClusterPool() as pool:
             plans = plan_topics(req, pool, dry_run=False)
             total = sum(p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind")
@@ -218,8 +234,11 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             eng = make_engine(engine, parallelism=parallelism, progress=progress, stop=stop,
                               spark_master=spark_master)
             try:
-                report = run_sync(req, eng, pool, plans=plans, retries=retries)
+                report = run_sync(req, eng, pool, plans=plans, retries=retries, stop=stop,
+                                  stopped_reason=lambda: why[0] if why else None)
             finally:
+                if timer is not None:
+                    timer.cancel()
                 if progress:
                     progress.stop()
         if as_json:
@@ -233,10 +252,19 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
                     stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
             stderr.print(summary_line(report), highlight=False)
         code = report.exit_status
+        if report.stopped == "deadline" and code == ExitStatus.DEADLINE:
+            stderr.print(f"[yellow]deadline of {deadline:g}s reached before catching up[/]")
+        if metrics_file:
+            from partsync.metrics import write_textfile
+
+            try:
+                write_textfile(metrics_file, report, int(code))
+            except OSError as e:
+                raise UsageError(f"cannot write metrics file {metrics_file}: {e.strerror or e}") from None
     raise SystemExit(int(code))
 
 
-def _install_stop_handler(stop: threading.Event) -> None:
+def _install_stop_handler(stop: threading.Event, why: list[str]) -> None:
     """First SIGTERM/Ctrl-C: stop after in-flight appends are confirmed. Second: exit now."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -244,6 +272,7 @@ def _install_stop_handler(stop: threading.Event) -> None:
     def handler(signum: int, frame: Any) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
+        why.append("signal")
         stop.set()
         stderr.print("[yellow]stopping after in-flight appends are confirmed...[/]")
 

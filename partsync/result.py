@@ -79,20 +79,28 @@ class TopicResult:
 class SyncReport:
     topics: tuple[TopicResult, ...]
     seconds: float = 0.0
+    # Why the run stopped before catching up, if it did: "deadline" or "signal".
+    stopped: str | None = None
 
     def all_partitions(self) -> list[PartitionResult]:
         return [p for t in self.topics for p in t.partitions]
 
     @property
     def exit_status(self) -> ExitStatus:
-        """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins over
-        1); 1 any other failure (often transient: rerun)."""
+        """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins);
+        4 the deadline stopped the run before it caught up; 1 any other failure (rerun)."""
         statuses = {p.status for p in self.all_partitions()}
         if Status.UNSAFE in statuses:
             return ExitStatus.UNSAFE
+        if self.stopped == "deadline" and Status.ERROR in statuses:
+            return ExitStatus.DEADLINE
         if Status.ERROR in statuses:
             return ExitStatus.FAILURE
         return ExitStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topics": [t.to_dict() for t in self.topics], "seconds": round(self.seconds, 3)}
+        return {
+            "topics": [t.to_dict() for t in self.topics],
+            "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+        }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -245,6 +246,8 @@ def run_sync(
     on_result: Callable[[PartitionResult], None] | None = None,
     retries: int = 2,
     retry_backoff: float = 1.0,
+    stop: threading.Event | None = None,
+    stopped_reason: Callable[[], str | None] | None = None,
 ) -> SyncReport:
     """Plan (unless given plans), run the tasks on ``engine``, and retry partitions that failed
     with a retriable error: each retry re-plans from fresh bounds, since the local log end is the
@@ -254,7 +257,7 @@ def run_sync(
     report = _run_once(req, engine, pool, plans, on_result)
     for attempt in range(retries):
         failed = [r for r in report.all_partitions() if _retriable(r)]
-        if not failed:
+        if not failed or (stop is not None and stop.is_set()):
             break
         # Let appends still in flight on dropped connections settle before reading the new end.
         time.sleep(retry_backoff * (attempt + 1))
@@ -274,7 +277,8 @@ def run_sync(
             )
             topics.append(TopicResult(tr.topic, merged, tr.warnings))
         report = SyncReport(tuple(topics))
-    return SyncReport(report.topics, time.monotonic() - started)
+    why = stopped_reason() if stopped_reason and stop is not None and stop.is_set() else None
+    return SyncReport(report.topics, time.monotonic() - started, why)
 
 
 def _run_once(

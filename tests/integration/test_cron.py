@@ -1,0 +1,55 @@
+"""Cron-mode behaviour of one-shot sync: --deadline and --metrics-file, against real brokers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from partsync.testing import data
+
+pytestmark = pytest.mark.integration
+
+
+def _fill(bootstrap: str, topic: str, partitions: int, n: int) -> None:
+    data.create_topic(bootstrap, topic, partitions)
+    for p in range(partitions):
+        data.produce(bootstrap, topic, data.make_records(n, seed=p, partition=p), compression="lz4")
+
+
+def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(cli, source_a, local_broker, topic) -> None:
+    # 24 partitions copied one at a time cannot finish in 0.1 s (each needs several round trips).
+    _fill(source_a.bootstrap, topic, 24, 400)
+    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
+              local_broker.bootstrap, "--create-missing", "--parallelism", "1",
+              "--deadline", "0.1", "--json")
+    assert res.code == 4, (res.code, res.stderr)
+    doc = res.json
+    assert doc["stopped"] == "deadline"
+    parts = doc["topics"][0]["partitions"]
+    assert any(p["status"] == "error" for p in parts)
+    assert all(p["status"] in ("synced", "error") for p in parts)
+    # Whatever was written is a verified prefix: the rerun completes and everything is identical.
+    again = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
+                local_broker.bootstrap, "--json")
+    assert again.code == 0, again.stderr
+    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 24)
+
+
+def test_metrics_file_written_atomically_with_per_partition_series(cli, source_a, local_broker, topic,
+                                                                   tmp_path: Path) -> None:
+    _fill(source_a.bootstrap, topic, 2, 300)
+    prom = tmp_path / "partsync.prom"
+    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
+              local_broker.bootstrap, "--create-missing", "--json", "--metrics-file", str(prom))
+    assert res.code == 0, res.stderr
+    text = prom.read_text()
+    for p in res.json["topics"][0]["partitions"]:
+        labels = f'topic="{topic}",partition="{p["partition"]}"'
+        assert f"partsync_appends_verified{{{labels}}} {p['batches']}" in text
+        assert f"partsync_partition_lag_records{{{labels}}} 0" in text
+        assert f"partsync_last_success_timestamp_seconds{{{labels}}}" in text
+        src = f'{labels},source="{source_a.bootstrap}"'
+        assert f"partsync_copied_bytes{{{src}}} {p['bytes']}" in text
+    assert "partsync_run_exit_code 0" in text
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["partsync.prom"]
