@@ -1,0 +1,669 @@
+"""A strict wire checker: a TCP proxy holding partsync's Produce requests to Apache Kafka's rules.
+
+The test brokers from PyPI (Tansu, noida) accept things Apache Kafka rejects: several batches
+per partition, a non-zero baseOffset, bad CRCs (Tansu), batches with offset holes. A test that
+only checks what such a broker stored cannot tell whether partsync would work against Kafka.
+So tests put this proxy between partsync and the broker:
+
+* Every request frame is parsed (size prefix, request header v1/v2 with its tagged fields).
+  Every Produce request (api key 0) is decoded with kafka-python's protocol classes and checked
+  by :func:`check_produce_request` against Kafka's client-append rules (LogValidator,
+  ProduceRequest.validateRecords): exactly one magic-2 batch per partition, baseOffset 0, a valid
+  CRC32C, lastOffsetDelta == recordCount - 1, no control batch, the transactional bit only with a
+  transactional_id, a sequence with every producer id, a known codec, and acks == -1 (what
+  partsync must send). Breaches go to :attr:`StrictProxy.violations`; the request is still
+  forwarded, so the run goes on and every breach is collected.
+* Metadata responses (api key 3) are rewritten so the broker is advertised at the proxy's own
+  address; otherwise a client would connect to the broker directly after bootstrapping and
+  bypass the checker. The response is decoded with kafka-python's ``MetadataResponse`` (the
+  api key and version come from the request with the same correlation id) and re-encoded.
+
+Single-broker clusters only (both test brokers are single nodes): a proxy forwards every
+connection to one upstream broker, so a Metadata response listing more than one broker is
+reported in :attr:`StrictProxy.errors` and passed through unchanged. Responses that advertise
+coordinators or cluster nodes (FindCoordinator, DescribeCluster) are not rewritten either and are
+reported the same way, so a client can never silently go around the proxy.
+
+Use from a test module (the fixture is found when imported into the module's namespace)::
+
+    from tests.integration.kafka_proxy import strict_proxy  # noqa: F401  (pytest fixture)
+
+    def test_x(strict_proxy, local_broker):
+        proxy = strict_proxy(local_broker.bootstrap)
+        ...  # point partsync's --local at proxy.bootstrap
+        proxy.assert_clean()  # no violations, no proxy errors, at least one Produce seen
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import warnings
+from collections import Counter, namedtuple
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import crc32c
+import pytest
+
+with warnings.catch_warnings():
+    # kafka-python 3.0 warns (DeprecationWarning) while loading its JSON protocol schemas.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    # Importing the protocol packages registers every response class, which the header parser
+    # uses to tell flexible (header v2, tagged fields) from non-flexible request versions.
+    import kafka.protocol.admin
+    import kafka.protocol.consumer
+    import kafka.protocol.metadata
+    import kafka.protocol.producer  # noqa: F401
+    from kafka.protocol.api_header import ResponseClassRegistry
+    from kafka.protocol.api_key import ApiKey
+    from kafka.protocol.metadata.metadata import MetadataResponse
+    from kafka.protocol.producer.produce import ProduceRequest
+
+__all__ = [
+    "ProduceCheck",
+    "ProducedBatch",
+    "RequestHeader",
+    "StrictProxy",
+    "Violation",
+    "check_partition_records",
+    "check_produce_request",
+    "parse_request_header",
+    "strict_proxy",
+]
+
+PRODUCE = 0
+METADATA = 3
+# Responses carrying broker addresses this proxy does not rewrite.
+_UNREWRITTEN_ADDRESSES = {10: "FindCoordinator", 60: "DescribeCluster"}
+_MAX_FRAME = 256 << 20
+
+# Record batch v2 header (see shared KAFKA-FACTS.md); parsed here independently of partsync.
+_BATCH = struct.Struct(
+    ">q"  # baseOffset => Int64
+    "i"  # batchLength => Int32
+    "i"  # partitionLeaderEpoch => Int32
+    "b"  # magic => Int8
+    "I"  # crc => Uint32 (CRC32C of bytes 21..end)
+    "h"  # attributes => Int16
+    "i"  # lastOffsetDelta => Int32
+    "q"  # baseTimestamp => Int64
+    "q"  # maxTimestamp => Int64
+    "q"  # producerId => Int64
+    "h"  # producerEpoch => Int16
+    "i"  # baseSequence => Int32
+    "i"  # recordCount => Int32
+)
+_BatchHeader = namedtuple(
+    "_BatchHeader",
+    "base_offset batch_length partition_leader_epoch magic crc attributes last_offset_delta "
+    "base_timestamp max_timestamp producer_id producer_epoch base_sequence record_count",
+)
+_LOG_OVERHEAD = 12  # baseOffset + batchLength
+_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One breach of Kafka's Produce rules. ``rule`` is a short stable name tests can match."""
+
+    rule: str
+    detail: str
+    topic: str | None = None
+    partition: int | None = None
+    correlation_id: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.topic}[{self.partition}]" if self.topic is not None else "request"
+        return f"{self.rule}: {where} (correlation id {self.correlation_id}): {self.detail}"
+
+
+@dataclass(frozen=True)
+class ProducedBatch:
+    """A batch that passed through the proxy in a Produce request (for tests to inspect)."""
+
+    topic: str
+    partition: int
+    codec: str
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    size: int
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool | None  # None: an api this kafka-python does not know
+    tagged_fields: dict[int, bytes]
+    size: int  # bytes the header takes in the frame
+
+    @property
+    def api_name(self) -> str:
+        try:
+            return ApiKey(self.api_key).name
+        except ValueError:
+            return f"api{self.api_key}"
+
+
+@dataclass
+class ProduceCheck:
+    header: RequestHeader
+    transactional_id: str | None = None
+    acks: int | None = None
+    violations: list[Violation] = field(default_factory=list)
+    batches: list[ProducedBatch] = field(default_factory=list)
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated unsigned varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def _flexible(api_key: int, api_version: int) -> bool | None:
+    """Whether this request version uses header v2 (flexible), from kafka-python's schemas."""
+    probe = SimpleNamespace(request_api_key=api_key, request_api_version=api_version)
+    try:
+        cls = ResponseClassRegistry.get_response_class(probe)
+    except ValueError:  # a version beyond what kafka-python knows
+        return None
+    return None if cls is None else bool(cls.flexible_version_q(api_version))
+
+
+def parse_request_header(frame: bytes) -> RequestHeader:
+    """Parse a request header (v1: api key, version, correlation id, client id; v2 adds tagged
+    fields) from a frame without its size prefix."""
+    api_key, api_version, correlation_id, n = struct.unpack_from(">hhih", frame, 0)
+    pos = 10
+    client_id = None
+    if n >= 0:
+        client_id = frame[pos : pos + n].decode("utf-8", errors="replace")
+        pos += n
+    flexible = _flexible(api_key, api_version)
+    tags: dict[int, bytes] = {}
+    if flexible:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            tags[tag] = bytes(frame[pos : pos + size])
+            pos += size
+    if pos > len(frame):
+        raise ValueError(f"request header runs past the frame ({pos} > {len(frame)} bytes)")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible, tags, pos)
+
+
+def check_partition_records(
+    records: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    transactional_id: str | None,
+    correlation_id: int | None = None,
+) -> tuple[list[Violation], list[ProducedBatch]]:
+    """Apache Kafka's rules for one partition's records in a client Produce request."""
+    out: list[Violation] = []
+    batches: list[ProducedBatch] = []
+
+    def bad(rule: str, detail: str) -> None:
+        out.append(Violation(rule, detail, topic, partition, correlation_id))
+
+    data = bytes(records or b"")
+    raw: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < _BATCH.size:
+            bad(
+                "framing",
+                f"{len(data) - pos} trailing bytes at byte {pos}, less than a batch header",
+            )
+            break
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        end = pos + _LOG_OVERHEAD + length
+        if length < _BATCH.size - _LOG_OVERHEAD or end > len(data):
+            bad(
+                "framing",
+                f"batch at byte {pos} declares length {length}; {len(data) - pos} bytes left",
+            )
+            break
+        raw.append(data[pos:end])
+        pos = end
+    if len(raw) != 1:
+        # ProduceRequest.validateRecords: "exactly one record batch per partition" (87).
+        bad(
+            "batch-count",
+            f"{len(raw)} record batches in one partition's records (must be exactly 1)",
+        )
+
+    for i, b in enumerate(raw):
+        h = _BatchHeader._make(_BATCH.unpack_from(b, 0))
+        what = f"batch {i} ({len(b)} bytes)"
+        if h.magic != 2:
+            bad("magic", f"{what}: magic {h.magic}, only record batch v2 is accepted")
+            continue
+        if h.base_offset != 0:
+            bad("base-offset", f"{what}: baseOffset {h.base_offset}, a client must send 0")
+        actual = crc32c.crc32c(b[21:])
+        if actual != h.crc:
+            bad("crc", f"{what}: stored CRC32C {h.crc:#010x}, computed {actual:#010x}")
+        if h.last_offset_delta < 0 or h.last_offset_delta != h.record_count - 1:
+            bad(
+                "offset-delta",
+                f"{what}: lastOffsetDelta {h.last_offset_delta} with {h.record_count} records "
+                "(must be recordCount - 1: offset holes cannot be produced)",
+            )
+        if h.attributes & _CONTROL:
+            bad(
+                "control",
+                f"{what}: control batch (attributes {h.attributes:#x}); markers are written "
+                "by transaction coordinators, not clients",
+            )
+        if h.attributes & _TRANSACTIONAL and transactional_id is None:
+            bad(
+                "transactional",
+                f"{what}: transactional batch in a request without a transactional_id",
+            )
+        if h.attributes & 0x07 not in _CODECS:
+            bad("codec", f"{what}: unknown compression codec {h.attributes & 0x07}")
+        if h.producer_id >= 0 and h.base_sequence < 0:
+            bad(
+                "sequence",
+                f"{what}: producerId {h.producer_id} with baseSequence {h.base_sequence}",
+            )
+        batches.append(
+            ProducedBatch(
+                topic,
+                partition,
+                _CODECS.get(h.attributes & 0x07, "?"),
+                h.record_count,
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                len(b),
+            )
+        )
+    return out, batches
+
+
+def check_produce_request(frame: bytes, *, require_acks: int | None = -1) -> ProduceCheck:
+    """Check one Produce request (a frame without its size prefix: header + body)."""
+    header = parse_request_header(frame)
+    if header.api_key != PRODUCE:
+        raise ValueError(f"not a Produce request: api key {header.api_key}")
+    check = ProduceCheck(header)
+
+    def bad(rule: str, detail: str, topic: str | None = None, partition: int | None = None) -> None:
+        check.violations.append(Violation(rule, detail, topic, partition, header.correlation_id))
+
+    try:
+        req = ProduceRequest.decode(frame, version=header.api_version, header=True)
+    except Exception as e:  # noqa: BLE001 - an undecodable request is itself the finding
+        bad("decode", f"Produce v{header.api_version} does not decode: {e!r}")
+        return check
+    if bytes(req.encode(header=False)) != bytes(frame[header.size :]):
+        # kafka-python's decoder does not notice a short frame (it slices what is there);
+        # re-encoding the body does. (The header is compared by our own parser: kafka-python
+        # drops unknown header tagged fields when it re-encodes.)
+        bad("decode", f"Produce v{header.api_version} body does not re-encode to the same bytes")
+    check.transactional_id = req.transactional_id
+    check.acks = req.acks
+    if require_acks is not None and req.acks != require_acks:
+        bad("acks", f"acks={req.acks}, expected {require_acks}")
+    seen: set[tuple[str, int]] = set()
+    for t in req.topic_data:
+        topic = getattr(t, "name", None) or f"topic-id:{getattr(t, 'topic_id', None)}"
+        for p in t.partition_data:
+            if (topic, p.index) in seen:
+                bad("batch-count", "partition listed twice in one request", topic, p.index)
+            seen.add((topic, p.index))
+            violations, batches = check_partition_records(
+                p.records,
+                topic=topic,
+                partition=p.index,
+                transactional_id=req.transactional_id,
+                correlation_id=header.correlation_id,
+            )
+            check.violations += violations
+            check.batches += batches
+    return check
+
+
+def rewrite_metadata_response(
+    frame: bytes, version: int, host: str, port: int
+) -> tuple[bytes, str | None]:
+    """Advertise ``host:port`` as the (single) broker. Returns the new frame (no size prefix)
+    and an error text when the response could not be rewritten faithfully."""
+    resp = MetadataResponse.decode(frame, version=version, header=True)
+    if bytes(resp.encode(header=True)) != bytes(frame):
+        return frame, f"Metadata v{version} does not re-encode to the same bytes; passed through"
+    if len(resp.brokers) != 1:
+        return frame, (
+            f"Metadata v{version} lists {len(resp.brokers)} brokers; the proxy supports "
+            "single-broker clusters only (passed through unchanged)"
+        )
+    resp.brokers[0].host = host
+    resp.brokers[0].port = port
+    return bytes(resp.encode(header=True)), None
+
+
+# -- the proxy --------------------------------------------------------------------------------
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """``n`` bytes, or None on a clean EOF before the first byte."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            if not buf:
+                return None
+            raise ConnectionError(f"connection closed {len(buf)} bytes into a {n}-byte read")
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    head = _recv_exact(sock, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">i", head)
+    if not 0 <= size <= _MAX_FRAME:
+        raise ValueError(f"frame size {size} out of range")
+    body = _recv_exact(sock, size)
+    if body is None:
+        raise ConnectionError("connection closed before the frame body")
+    return body
+
+
+class _Link:
+    """One client connection and its upstream connection, with a pump thread per direction."""
+
+    def __init__(
+        self, proxy: StrictProxy, client: socket.socket, upstream: socket.socket, n: int
+    ) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.upstream = upstream
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
+        self._finished = 0
+        self._closed = False
+        self.threads = [
+            threading.Thread(target=self._pump_requests, name=f"proxy-{n}-requests", daemon=True),
+            threading.Thread(target=self._pump_responses, name=f"proxy-{n}-responses", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _pump_requests(self) -> None:
+        try:
+            while True:
+                frame = _read_frame(self.client)
+                if frame is None:
+                    return
+                header, answered = self.proxy._on_request(frame)
+                if header is not None and answered:
+                    with self._lock:
+                        self._pending[header.correlation_id] = (header.api_key, header.api_version)
+                self.upstream.sendall(struct.pack(">i", len(frame)) + frame)
+        except OSError:  # ConnectionError included
+            pass  # a side closed: the normal end of a connection
+        except Exception as e:  # noqa: BLE001 - a proxy bug must fail the test, not hang it
+            self.proxy._error(f"request pump: {e!r}")
+        finally:
+            self._finish()
+
+    def _pump_responses(self) -> None:
+        try:
+            while True:
+                frame = _read_frame(self.upstream)
+                if frame is None:
+                    return
+                (cid,) = struct.unpack_from(">i", frame, 0)
+                with self._lock:
+                    api = self._pending.pop(cid, None)
+                if api is None:
+                    self.proxy._error(f"response with unknown correlation id {cid}")
+                else:
+                    frame = self.proxy._on_response(api[0], api[1], frame)
+                self.client.sendall(struct.pack(">i", len(frame)) + frame)
+        except OSError:  # ConnectionError included
+            pass
+        except Exception as e:  # noqa: BLE001
+            self.proxy._error(f"response pump: {e!r}")
+        finally:
+            self._finish()
+
+    def shutdown(self) -> None:
+        """Wake both pumps (a blocked recv returns) without closing the descriptors yet."""
+        for s in (self.client, self.upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _finish(self) -> None:
+        self.shutdown()
+        with self._lock:
+            self._finished += 1
+            last = self._finished == len(self.threads)
+        if last:
+            self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.client.close()
+        self.upstream.close()
+        self.proxy._forget(self)
+
+    def join(self, timeout: float) -> None:
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+
+
+class StrictProxy:
+    """Forward a loopback port to one broker, checking every Produce request on the way."""
+
+    def __init__(
+        self, upstream: str, *, host: str = "127.0.0.1", require_acks: int | None = -1
+    ) -> None:
+        up_host, _, up_port = upstream.rpartition(":")
+        self.upstream = (up_host.strip("[]"), int(up_port))
+        self.require_acks = require_acks
+        self.violations: list[Violation] = []
+        self.errors: list[str] = []
+        self.produced: list[ProducedBatch] = []
+        self.requests: Counter[str] = Counter()  # api name -> requests seen
+        self.metadata_rewritten = 0
+        self._lock = threading.Lock()
+        self._links: set[_Link] = set()
+        self._count = 0
+        self._stop = threading.Event()
+        self._listener = socket.create_server((host, 0))
+        self._listener.settimeout(0.1)  # the accept loop polls the stop flag
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name=f"proxy-{self.port}", daemon=True
+        )
+        self._acceptor.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def produce_requests_seen(self) -> int:
+        with self._lock:
+            return self.requests[ApiKey(PRODUCE).name]
+
+    def assert_clean(self) -> None:
+        """No rule broken, no proxy trouble, and at least one Produce checked (not vacuous)."""
+        with self._lock:
+            violations, errors = list(self.violations), list(self.errors)
+            produced = self.requests[ApiKey(PRODUCE).name]
+        assert errors == [], "proxy errors:\n" + "\n".join(errors)
+        assert violations == [], "Kafka Produce rule violations:\n" + "\n".join(
+            map(str, violations)
+        )
+        assert produced > 0, (
+            f"no Produce request went through the proxy (requests: {dict(self.requests)})"
+        )
+
+    # -- callbacks from the pumps ---------------------------------------------------------
+
+    def _on_request(self, frame: bytes) -> tuple[RequestHeader | None, bool]:
+        """Parse and (for Produce) check a request; return its header and whether the broker
+        will answer it (a Produce with acks=0 gets no response)."""
+        try:
+            header = parse_request_header(frame)
+        except (struct.error, ValueError) as e:
+            self._error(f"unparsable request header: {e!r}")
+            return None, True
+        check = None
+        if header.api_key == PRODUCE:
+            check = check_produce_request(frame, require_acks=self.require_acks)
+        with self._lock:
+            self.requests[header.api_name] += 1
+            if header.flexible is None:
+                self.errors.append(
+                    f"unknown api {header.api_key} v{header.api_version}: header not fully parsed"
+                )
+            if check is not None:
+                self.violations += check.violations
+                self.produced += check.batches
+        return header, check is None or check.acks != 0
+
+    def _on_response(self, api_key: int, version: int, frame: bytes) -> bytes:
+        if api_key == METADATA:
+            new, problem = rewrite_metadata_response(frame, version, self.host, self.port)
+            with self._lock:
+                if problem:
+                    self.errors.append(problem)
+                else:
+                    self.metadata_rewritten += 1
+            return new
+        if api_key in _UNREWRITTEN_ADDRESSES:
+            self._error(
+                f"{_UNREWRITTEN_ADDRESSES[api_key]} response advertises broker addresses this "
+                "proxy does not rewrite; a client could bypass the checker"
+            )
+        return frame
+
+    def _error(self, text: str) -> None:
+        with self._lock:
+            self.errors.append(text)
+
+    def _forget(self, link: _Link) -> None:
+        with self._lock:
+            self._links.discard(link)
+
+    # -- accepting and shutting down ------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError as e:
+                if not self._stop.is_set():
+                    self._error(f"accept failed: {e!r}")
+                return
+            client.settimeout(None)
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=10)
+            except OSError as e:
+                client.close()
+                self._error(
+                    f"cannot reach the broker at {self.upstream[0]}:{self.upstream[1]}: {e!r}"
+                )
+                continue
+            upstream.settimeout(None)
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._stop.is_set():
+                    client.close()
+                    upstream.close()
+                    return
+                self._count += 1
+                link = _Link(self, client, upstream, self._count)
+                self._links.add(link)
+            link.start()
+
+    def close(self) -> None:
+        """Stop accepting, cut every connection, wait for the pump threads, close every socket."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._acceptor.join(5)
+        self._listener.close()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.shutdown()
+        for link in links:
+            link.join(5)
+        for link in links:
+            link.close()
+
+    def __enter__(self) -> StrictProxy:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"StrictProxy({self.bootstrap} -> {self.upstream[0]}:{self.upstream[1]}, "
+            f"{sum(self.requests.values())} requests, {len(self.violations)} violations)"
+        )
+
+
+@pytest.fixture
+def strict_proxy() -> Iterator[Callable[..., StrictProxy]]:
+    """Factory fixture: ``strict_proxy(broker_bootstrap, **kw) -> StrictProxy``; every proxy it
+    started is closed at teardown."""
+    proxies: list[StrictProxy] = []
+
+    def start(upstream: str, **kw: Any) -> StrictProxy:
+        proxy = StrictProxy(upstream, **kw)
+        proxies.append(proxy)
+        return proxy
+
+    yield start
+    for p in proxies:
+        p.close()
