@@ -478,8 +478,9 @@ class _PartitionCopy:
         except PartsyncError as e:
             self.fail(e)
         finally:
-            # The verifier reads every outstanding answer, then stops at _END; on failure it
-            # keeps reading (so nothing in flight is left unaccounted) but counts nothing more.
+            # The verifier reads every outstanding answer, then stops at _END. Requests sent before
+            # a failure may well have been appended: they are verified and counted like any other,
+            # so the result shows where the local log really ends.
             deadline = time.monotonic() + self.opts.produce_timeout_ms / 1000 + 5
             while verifier.is_alive() and time.monotonic() < deadline:
                 try:
@@ -514,11 +515,6 @@ class _PartitionCopy:
                 if item is _END:
                     return
                 base, next_offset, size, source = item  # type: ignore[misc]
-                if self.failed.is_set():
-                    # Still read the answer so the connection stays in step, but stop counting.
-                    conn.receive_produce()
-                    self.budget.release(size)
-                    continue
                 res = conn.receive_produce().get(self.partition)
                 self.budget.release(size)
                 if res is None:
