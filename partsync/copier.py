@@ -418,9 +418,13 @@ class _PartitionCopy:
 
         producer_conn = self._open(self.local)
         pid, epoch = producer_conn.init_producer_id()
-        inflight: queue.Queue[object] = queue.Queue(maxsize=self.opts.max_in_flight_requests)
+        # Sent, unanswered Produce requests, in send order. A request is queued for the verifier
+        # only after it was sent (the verifier reads its answer at once); ``slots`` bounds how
+        # many are in flight (the broker dedupes idempotent retries over the last 5 only).
+        inflight: queue.Queue[object] = queue.Queue()
+        slots = threading.BoundedSemaphore(self.opts.max_in_flight_requests)
         verifier = threading.Thread(
-            target=self.verify_worker, args=(producer_conn, inflight), daemon=True,
+            target=self.verify_worker, args=(producer_conn, inflight, slots), daemon=True,
             name=f"verify-{self.topic}-{self.partition}",
         )
         verifier.start()
@@ -460,16 +464,18 @@ class _PartitionCopy:
                         raise
                     data = rewrite_for_append(b, pid, epoch, sequence)
                     sequence = (sequence + b.record_count) & 0x7FFFFFFF
-                    while True:
+                    while not slots.acquire(timeout=0.5):
                         self._check_running()
-                        try:
-                            inflight.put((b.base_offset, b.next_offset, b.size, source), timeout=0.5)
-                            break
-                        except queue.Full:
-                            continue
-                    producer_conn.send_produce(
-                        self.topic, {self.partition: data}, acks=-1, timeout_ms=self.opts.produce_timeout_ms
-                    )
+                    self._check_running()
+                    try:
+                        producer_conn.send_produce(
+                            self.topic, {self.partition: data}, acks=-1,
+                            timeout_ms=self.opts.produce_timeout_ms,
+                        )
+                    except BaseException:
+                        slots.release()
+                        raise
+                    inflight.put((b.base_offset, b.next_offset, b.size, source))
                     expected = b.next_offset
                     last, last_source = b, source
                 # An empty chunk (a straddling batch covered it) has nothing to check or append.
@@ -482,12 +488,7 @@ class _PartitionCopy:
             # a failure may well have been appended: they are verified and counted like any other,
             # so the result shows where the local log really ends.
             deadline = time.monotonic() + self.opts.produce_timeout_ms / 1000 + 5
-            while verifier.is_alive() and time.monotonic() < deadline:
-                try:
-                    inflight.put(_END, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
+            inflight.put(_END)
             verifier.join(timeout=max(0.0, deadline - time.monotonic()))
             self.budget.close()
             self._close_all()
@@ -508,7 +509,9 @@ class _PartitionCopy:
                 cluster=stream.chunk.source, offset=b.base_offset,
             )
 
-    def verify_worker(self, conn: Connection, inflight: queue.Queue[object]) -> None:
+    def verify_worker(
+        self, conn: Connection, inflight: queue.Queue[object], slots: threading.BoundedSemaphore
+    ) -> None:
         try:
             while True:
                 item = inflight.get()
@@ -516,6 +519,7 @@ class _PartitionCopy:
                     return
                 base, next_offset, size, source = item  # type: ignore[misc]
                 res = conn.receive_produce().get(self.partition)
+                slots.release()
                 self.budget.release(size)
                 if res is None:
                     raise ClusterError("Produce response lacks the partition", cluster=self.local.name, offset=base)
