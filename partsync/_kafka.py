@@ -36,6 +36,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer, EncodeBufferPool
 
 from partsync.config import Security
 from partsync.errors import BrokerError, ClusterError
@@ -78,6 +79,19 @@ _PREFERRED = {
 }
 
 _SIZE = struct.Struct(">i")
+
+
+def _encode_framed_into(request: Any, out: EncodeBuffer) -> None:
+    """``request.encode(header=True, framed=True)`` written into ``out``, without the copy
+    ``encode`` makes of the finished buffer (which, for a Produce request, copies every batch)."""
+    version = request.API_VERSION
+    flexible = request.flexible_version_q(version)
+    start = out.pos
+    out.ensure(4)
+    out.pos += 4  # frame size, filled in below
+    request.encode_header_into(out, flexible=flexible)
+    request._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)(request, out)
+    _SIZE.pack_into(out.buf, start, out.pos - start - 4)
 
 
 def _ssl_context(sec: Security) -> ssl.SSLContext:
@@ -237,12 +251,16 @@ class Connection:
             cid = self._correlation
             request.API_VERSION = version
             request.with_header(correlation_id=cid, client_id=self.client_id)
-            data = request.encode(header=True, framed=True)
-            self._pending.append((cid, resp_cls, version, api))
-            try:
-                self._sock.sendall(data)
-            except OSError as e:
-                raise self._io_error(f"sending {api}", e) from e
+            # Encoded into this thread's reusable buffer and sent from it: a Produce request's
+            # batches are copied once (into the buffer), not three times.
+            with EncodeBufferPool.acquire() as out:
+                _encode_framed_into(request, out)
+                self._pending.append((cid, resp_cls, version, api))
+                try:
+                    with memoryview(out.buf)[: out.pos] as data:
+                        self._sock.sendall(data)
+                except OSError as e:
+                    raise self._io_error(f"sending {api}", e) from e
 
     def receive(self) -> Any:
         with self._recv_lock:
@@ -259,7 +277,11 @@ class Connection:
                     f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
                     cluster=self.cluster,
                 )
-            return resp_cls.decode(body, version=version, header=True)
+            if api == "ApiVersions" or resp_cls.flexible_version_q(version):
+                return resp_cls.decode(body, version=version, header=True)
+            # A non-flexible response header is just the correlation id, checked above. Decoding
+            # it with header=True would copy the whole body (a Fetch response's batches) first.
+            return resp_cls.decode(memoryview(body)[4:], version=version, header=False)
 
     def call(self, api: str, request: Any) -> Any:
         # One-off calls hold both halves so two threads' calls cannot swap responses; a
@@ -467,7 +489,7 @@ class Connection:
                 D(
                     name=topic,
                     partition_data=[
-                        D.PartitionProduceData(index=p, records=bytes(b)) for p, b in batches.items()
+                        D.PartitionProduceData(index=p, records=b) for p, b in batches.items()
                     ],
                 )
             ],
