@@ -93,7 +93,9 @@ def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
             notes.append(f"{'unsafe' if tp.refused else 'error'}: topic {tp.topic}: {tp.refused or tp.error}")
         for p in tp.partitions:
             if p.reason:
-                notes.append(f"{p.condition.value}: topic {p.topic} partition {p.partition}: {p.reason}")
+                # Refusals already name their cluster/topic/partition/offset.
+                prefix = "" if p.reason.startswith("cluster ") else f"topic {p.topic} partition {p.partition}: "
+                notes.append(f"{p.condition.value}: {prefix}{p.reason}")
     return notes
 
 

@@ -173,8 +173,17 @@ def _plan_topic(
             plan = PartitionPlan(
                 topic, p, plan.local, plan.sources, Condition.UNSAFE, plan.target_end, (), refusal
             )
+        if plan.condition is Condition.UNSAFE:
+            plan = _located(plan, local.name)
         plans.append(plan)
     return TopicPlan(topic, tuple(plans), rules, tuple(warnings), refused=None, created=created)
+
+
+def _located(plan: PartitionPlan, local: str) -> PartitionPlan:
+    """A refusal's reason says where, like every PartsyncError: the local cluster, topic,
+    partition and the local log end, the offset that could not be written."""
+    where = f"cluster {local}, topic {plan.topic} partition {plan.partition}, offset {plan.local.end}"
+    return dataclasses.replace(plan, reason=f"{where}: {plan.reason}")
 
 
 def plan_topics(req: SyncRequest, pool: ClusterPool, *, dry_run: bool = True) -> list[TopicPlan]:
