@@ -186,6 +186,9 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
 @click.option("--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4]).")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Re-plan and retry partitions that failed with a retriable error.")
+@click.option("--max-bytes-per-sec", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Cap the bytes fetched per second by this process, for shared WAN links "
+                   "(per-cluster caps: max_bytes_per_sec in the config file).")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Stop cleanly (in-flight appends confirmed) after SECONDS and exit 4 if not caught up.")
 @click.option("--metrics-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
@@ -195,7 +198,8 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
 def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
          chunk_offsets: int, create_missing: bool, as_json: bool, max_in_flight_bytes: int,
          connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None,
-         retries: int, deadline: float | None, metrics_file: str | None) -> None:
+         retries: int, max_bytes_per_sec: int | None, deadline: float | None,
+         metrics_file: str | None) -> None:
     """Copy what the local cluster lacks, at exactly the sources' offsets, then exit.
 
     One-shot: it catches up with the source bounds read at start and exits (the cron mode);
@@ -210,7 +214,8 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
 
     with _guard():
         opts = CopyOptions(max_in_flight_bytes=max_in_flight_bytes,
-                           connections_per_broker=connections_per_broker)
+                           connections_per_broker=connections_per_broker,
+                           max_bytes_per_sec=max_bytes_per_sec)
         req = _request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts)
         stop = threading.Event()
         why: list[str] = []

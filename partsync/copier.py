@@ -41,6 +41,7 @@ from partsync.errors import (
 )
 from partsync.plan import Chunk, Condition, PartitionPlan
 from partsync.result import PartitionResult, Status
+from partsync.throttle import limiter_for
 
 __all__ = ["CopyOptions", "LocalTopicRules", "copy_partition", "Budget"]
 
@@ -57,6 +58,9 @@ class CopyOptions:
     connections_per_broker: int = 1
     produce_timeout_ms: int = 30_000
     fetch_wait_ms: int = 500
+    # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster
+    # caps come from the cluster's config (ClusterRef.max_bytes_per_sec).
+    max_bytes_per_sec: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:
@@ -325,6 +329,14 @@ class _PartitionCopy:
             log.exception("fetcher for %s failed", source)
             self.fail(PartsyncError(f"fetcher crashed: {e!r}", cluster=source))
 
+    def _throttle(self, source: str, nbytes: int) -> None:
+        """Hold this fetcher back so the run's and the source cluster's byte rates hold."""
+        ref = self.sources[source].ref
+        for lim in (limiter_for("run", self.opts.max_bytes_per_sec),
+                    limiter_for(f"cluster:{source}", ref.max_bytes_per_sec)):
+            if lim is not None:
+                lim.acquire(nbytes)
+
     def _fetch_chunk(self, conn: Connection, source: str, stream: _ChunkStream) -> None:
         chunk = stream.chunk
         bounds = self.plan.sources[source]
@@ -351,6 +363,7 @@ class _PartitionCopy:
                     self.budget.release(size)
                     code = f.error_code if f is not None else -1
                     raise _fetch_error(source, self.topic, self.partition, offset, code)
+                self._throttle(source, len(f.records))
                 kept = 0
                 done = False
                 progressed = False
