@@ -153,6 +153,26 @@ class _Stop(Exception):
     pass
 
 
+class _AnyEvent(threading.Event):
+    """An event that is set when any of two others is; polled, for waits of up to seconds."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        super().__init__()
+        self._a, self._b = a, b
+
+    def is_set(self) -> bool:
+        return self._a.is_set() or self._b.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._a.wait(0.05 if left is None else min(0.05, left))
+        return True
+
+
 def _fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
     return BrokerError(
         "fetch failed",
@@ -209,6 +229,8 @@ class _PartitionCopy:
         self.external_stop = stop or threading.Event()
         self.budget = Budget(opts.max_in_flight_bytes)
         self.failed = threading.Event()
+        # Set when this copy must wind down (failure or a stop request): ends throttle waits.
+        self.stopping = _AnyEvent(self.failed, self.external_stop)
         self.error: PartsyncError | None = None
         self._error_lock = threading.Lock()
         self.bytes_by_source: dict[str, int] = {}
@@ -335,13 +357,16 @@ class _PartitionCopy:
         for lim in (limiter_for("run", self.opts.max_bytes_per_sec),
                     limiter_for(f"cluster:{source}", ref.max_bytes_per_sec)):
             if lim is not None:
-                lim.acquire(nbytes)
+                lim.acquire(nbytes, cancel=self.stopping)
 
     def _fetch_chunk(self, conn: Connection, source: str, stream: _ChunkStream) -> None:
         chunk = stream.chunk
         bounds = self.plan.sources[source]
         offset = chunk.start - 1 if chunk.start - 1 >= bounds.log_start and chunk.start > 0 else chunk.start
         size = self.opts.fetch_bytes
+        if self.opts.max_bytes_per_sec:
+            # Fetch about a second's worth at a time so a throttled copy flows evenly.
+            size = min(size, max(1 << 16, self.opts.max_bytes_per_sec))
         try:
             while True:
                 self._check_running()

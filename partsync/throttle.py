@@ -48,11 +48,12 @@ class RateLimiter:
         self.first_at: float | None = None
         self.released_until = 0.0
 
-    def acquire(self, n: int) -> float:
+    def acquire(self, n: int, cancel: threading.Event | None = None) -> float:
         """Take ``n`` bytes from the bucket, sleeping as needed; returns the seconds slept.
 
         Requests larger than the burst are allowed (the bucket goes into debt), so one big
-        batch never blocks forever; the debt is paid by later callers' waits.
+        batch never blocks forever; the debt is paid by later callers' waits. A set ``cancel``
+        event ends the wait early (a stopping run must not sleep out its debt).
         """
         if n <= 0:
             return 0.0
@@ -68,7 +69,10 @@ class RateLimiter:
                 self.first_at = now
             self.released_until = max(self.released_until, now + wait)
         if wait > 0:
-            self._sleep(wait)
+            if cancel is not None:
+                cancel.wait(wait)
+            else:
+                self._sleep(wait)
         return wait
 
 

@@ -18,11 +18,12 @@ def _fill(bootstrap: str, topic: str, partitions: int, n: int) -> None:
 
 
 def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(cli, source_a, local_broker, topic) -> None:
-    # 24 partitions copied one at a time cannot finish in 0.1 s (each needs several round trips).
-    _fill(source_a.bootstrap, topic, 24, 400)
+    # About 1 MB throttled to 100 kB/s needs ~10 s; the deadline stops it after 1.5 s, however
+    # fast the machine is (the throttle wait is interrupted by the stop).
+    _fill(source_a.bootstrap, topic, 3, 3000)
     res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-              local_broker.bootstrap, "--create-missing", "--parallelism", "1",
-              "--deadline", "0.1", "--json")
+              local_broker.bootstrap, "--create-missing", "--max-bytes-per-sec", "100000",
+              "--deadline", "1.5", "--json")
     assert res.code == 4, (res.code, res.stderr)
     doc = res.json
     assert doc["stopped"] == "deadline"
@@ -33,7 +34,7 @@ def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(cli, source_a, 
     again = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
                 local_broker.bootstrap, "--json")
     assert again.code == 0, again.stderr
-    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 24)
+    data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 3)
 
 
 def test_metrics_file_written_atomically_with_per_partition_series(cli, source_a, local_broker, topic,
