@@ -823,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="source MB (10^6 bytes, as stored) of each codec topic (default 300; smoke 1)")
     ap.add_argument("--partitions", type=int, default=8, help="partitions per codec topic")
     ap.add_argument("--scale-partitions", default="1,16,128", help="partition counts for scaling")
-    ap.add_argument("--scale-size-mb", type=float, default=60, help="stored MB of each scaling topic")
+    ap.add_argument("--scale-size-mb", type=float, default=200, help="stored MB of each scaling topic")
     ap.add_argument("--inflight-mib", default="1,8,64,256",
                     help="partsync --max-in-flight-bytes values (MiB) to compare")
     ap.add_argument("--noop-partitions", type=int, default=1000)
