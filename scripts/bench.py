@@ -37,12 +37,11 @@ import math
 import os
 import platform
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -522,7 +521,7 @@ class Bench:
             for c in ("partsync", "ideal"):
                 if c in self.s.contenders:
                     self.measure("partitions", c, t["topic"], "lz4", n, variant=f"p={n}")
-        main_topic = f"bench-lz4"
+        main_topic = "bench-lz4"
         if "partsync" in self.s.contenders and main_topic in self.scans:
             for budget in self.s.inflight_budgets:
                 self.measure("inflight", "partsync", main_topic, "lz4", self.s.partitions,

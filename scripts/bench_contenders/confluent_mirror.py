@@ -13,9 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Job, parse_args, report  # noqa: E402
-
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from _common import Job, parse_args, report
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 
 def mirror(job: Job) -> int:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Job, host_port, parse_args, report  # noqa: E402
+from _common import Job, host_port, parse_args, report
 
-from partsync._kafka import Connection, error_name  # noqa: E402
-from partsync.batch import iter_batches, rewrite_for_append  # noqa: E402
+from partsync._kafka import Connection, error_name
+from partsync.batch import iter_batches, rewrite_for_append
 
 IN_FLIGHT = 5  # Produce requests in flight: the broker dedupes over the last 5 per partition
 _END = object()

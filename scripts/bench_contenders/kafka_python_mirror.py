@@ -14,11 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Job, parse_args, report  # noqa: E402
+from _common import Job, parse_args, report
 
 with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 
 def mirror(job: Job) -> int:

@@ -25,7 +25,7 @@ NUMERIC = ("wall_s", "mb_per_s", "cpu_s", "cpu_s_per_gb", "peak_rss_mb", "dest_b
 def test_bench_smoke_runs_every_contender(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
-    proc = subprocess.run(
+    proc = subprocess.run(  # noqa: PLW1510 (the exit code is asserted below)
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke", "--json", str(out),
          "--markdown", str(md)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
