@@ -17,7 +17,7 @@ import socket
 import ssl
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as _kerrors
@@ -42,19 +42,21 @@ from partsync.config import Security
 from partsync.errors import BrokerError, ClusterError
 
 __all__ = [
-    "Connection",
-    "BrokerInfo",
-    "PartitionMeta",
-    "TopicMeta",
-    "Metadata",
-    "FetchedPartition",
-    "ProducedPartition",
-    "error_name",
-    "error_retriable",
-    "raise_for_code",
     "EARLIEST",
     "LATEST",
     "PROBE_WAIT_MS",
+    "BrokerInfo",
+    "Connection",
+    "FetchedPartition",
+    "Metadata",
+    "PartitionMeta",
+    "ProducedPartition",
+    "TopicMeta",
+    "broker_error",
+    "error_name",
+    "error_retriable",
+    "fetch_error",
+    "raise_for_code",
 ]
 
 EARLIEST = -2
@@ -111,6 +113,33 @@ def error_retriable(code: int) -> bool:
     return bool(getattr(_kerrors.for_code(code), "retriable", False))
 
 
+def broker_error(
+    code: int,
+    what: str,
+    *,
+    cluster: str | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+) -> BrokerError:
+    """The BrokerError for a Kafka error code, named and flagged retriable by kafka-python."""
+    return BrokerError(
+        what,
+        error_code=code,
+        error_name=error_name(code),
+        retriable=error_retriable(code),
+        cluster=cluster,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
+    return broker_error(code, "fetch failed", cluster=cluster, topic=topic, partition=partition,
+                        offset=offset)
+
+
 def raise_for_code(
     code: int,
     what: str,
@@ -121,16 +150,7 @@ def raise_for_code(
     offset: int | None = None,
 ) -> None:
     if code:
-        raise BrokerError(
-            what,
-            error_code=code,
-            error_name=error_name(code),
-            retriable=error_retriable(code),
-            cluster=cluster,
-            topic=topic,
-            partition=partition,
-            offset=offset,
-        )
+        raise broker_error(code, what, cluster=cluster, topic=topic, partition=partition, offset=offset)
 
 
 @dataclass(frozen=True)

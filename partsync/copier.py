@@ -27,12 +27,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from partsync._kafka import PROBE_WAIT_MS, Connection, error_name, error_retriable
+from partsync._kafka import (
+    PROBE_WAIT_MS,
+    Connection,
+    broker_error,
+    fetch_error,
+)
 from partsync.batch import Batch, check_appendable, iter_batches, rewrite_for_append
 from partsync.cluster import Cluster
 from partsync.errors import (
     AppendMismatchError,
-    BrokerError,
     ClusterError,
     CorruptBatchError,
     DivergenceError,
@@ -43,7 +47,7 @@ from partsync.plan import Chunk, Condition, PartitionPlan
 from partsync.result import PartitionResult, Status
 from partsync.throttle import limiter_for
 
-__all__ = ["CopyOptions", "LocalTopicRules", "copy_partition", "Budget"]
+__all__ = ["Budget", "CopyOptions", "LocalTopicRules", "copy_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -173,19 +177,6 @@ class _AnyEvent(threading.Event):
         return True
 
 
-def _fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
-    return BrokerError(
-        "fetch failed",
-        error_code=code,
-        error_name=error_name(code),
-        retriable=error_retriable(code),
-        cluster=cluster,
-        topic=topic,
-        partition=partition,
-        offset=offset,
-    )
-
-
 def _boundary_batch(conn: Connection, cluster: str, topic: str, partition: int, offset: int) -> Batch:
     """The batch containing ``offset`` on one cluster (verified CRC)."""
     fetched = conn.fetch(topic, [(partition, offset, 1 << 16)], max_wait_ms=PROBE_WAIT_MS, min_bytes=1, max_bytes=1 << 16)
@@ -193,7 +184,7 @@ def _boundary_batch(conn: Connection, cluster: str, topic: str, partition: int, 
     if f is None:
         raise ClusterError("fetch returned no data for the partition", cluster=cluster, topic=topic, partition=partition, offset=offset)
     if f.error_code:
-        raise _fetch_error(cluster, topic, partition, offset, f.error_code)
+        raise fetch_error(cluster, topic, partition, offset, f.error_code)
     for b in iter_batches(f.records, start=offset):
         if b.base_offset > offset:
             break
@@ -387,7 +378,7 @@ class _PartitionCopy:
                 if f is None or f.error_code:
                     self.budget.release(size)
                     code = f.error_code if f is not None else -1
-                    raise _fetch_error(source, self.topic, self.partition, offset, code)
+                    raise fetch_error(source, self.topic, self.partition, offset, code)
                 self._throttle(source, len(f.records))
                 kept = 0
                 done = False
@@ -562,12 +553,10 @@ class _PartitionCopy:
                 if res is None:
                     raise ClusterError("Produce response lacks the partition", cluster=self.local.name, offset=base)
                 if res.error_code:
-                    raise BrokerError(
+                    raise broker_error(
+                        res.error_code,
                         f"append of batch {base}..{next_offset - 1} failed"
                         + (f" ({res.error_message})" if res.error_message else ""),
-                        error_code=res.error_code,
-                        error_name=error_name(res.error_code),
-                        retriable=error_retriable(res.error_code),
                         cluster=self.local.name, topic=self.topic, partition=self.partition, offset=base,
                     )
                 if res.base_offset != base:

@@ -29,7 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from partsync._kafka import PROBE_WAIT_MS, Connection, error_name, error_retriable
+from partsync._kafka import (
+    PROBE_WAIT_MS,
+    Connection,
+    fetch_error,
+)
 from partsync.batch import Batch, iter_batches
 from partsync.cluster import Cluster
 from partsync.config import ClusterRef
@@ -45,7 +49,6 @@ from partsync.digest import (
 )
 from partsync.digest import compare_chunks as _compare_chunks
 from partsync.errors import (
-    BrokerError,
     ClusterError,
     CorruptBatchError,
     ExitStatus,
@@ -249,14 +252,6 @@ class DiffRequest:
 # -- reading one cluster's range -------------------------------------------------------------
 
 
-def _fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
-    return BrokerError(
-        "fetch failed", error_code=code, error_name=error_name(code),
-        retriable=error_retriable(code), cluster=cluster, topic=topic, partition=partition,
-        offset=offset,
-    )  # fmt: skip
-
-
 def _read_batches(
     conn: Connection,
     cluster: str,
@@ -284,7 +279,7 @@ def _read_batches(
             raise ClusterError("fetch returned no data for the partition", cluster=cluster,
                                topic=topic, partition=partition, offset=offset)  # fmt: skip
         if f.error_code:
-            raise _fetch_error(cluster, topic, partition, offset, f.error_code)
+            raise fetch_error(cluster, topic, partition, offset, f.error_code)
         progressed = False
         for b in iter_batches(f.records, start=offset):
             if b.base_offset >= end:
