@@ -516,6 +516,45 @@ class Connection:
         )
         self.send("Produce", req)
 
+    def send_produce_many(
+        self,
+        batches: dict[str, dict[int, bytes | bytearray]],
+        *,
+        acks: int = -1,
+        timeout_ms: int = 30_000,
+    ) -> None:
+        """One Produce request for many topics and partitions, one batch per partition."""
+        D = ProduceRequest.TopicProduceData
+        req = ProduceRequest(
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[
+                D(
+                    name=topic,
+                    partition_data=[
+                        D.PartitionProduceData(index=p, records=b) for p, b in parts.items()
+                    ],
+                )
+                for topic, parts in batches.items()
+            ],
+        )
+        self.send("Produce", req)
+
+    def receive_produce_many(self) -> dict[tuple[str, int], ProducedPartition]:
+        resp = self.receive()
+        out: dict[tuple[str, int], ProducedPartition] = {}
+        for t in resp.responses:
+            for p in t.partition_responses:
+                out[(t.name, p.index)] = ProducedPartition(
+                    p.index,
+                    p.error_code,
+                    p.base_offset,
+                    getattr(p, "log_start_offset", -1),
+                    getattr(p, "error_message", None),
+                )
+        return out
+
     def receive_produce(self) -> dict[int, ProducedPartition]:
         resp = self.receive()
         out: dict[int, ProducedPartition] = {}

@@ -12,12 +12,21 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from partsync._kafka import EARLIEST, LATEST, PROBE_WAIT_MS, Connection, Metadata, TopicMeta, error_name
+from partsync._kafka import (
+    EARLIEST,
+    LATEST,
+    PROBE_WAIT_MS,
+    Connection,
+    Metadata,
+    TopicMeta,
+    error_name,
+)
 from partsync.config import ClusterRef
 from partsync.errors import BrokerError, ClusterError, TopicError
 from partsync.plan import Bounds
+from partsync.writer import SharedWriter
 
-__all__ = ["Cluster", "TopicInfo", "IDENTITY_CONFIGS"]
+__all__ = ["IDENTITY_CONFIGS", "Cluster", "TopicInfo"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,7 @@ class Cluster:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conns: dict[int, Connection] = {}
+        self._writers: dict[int, SharedWriter] = {}
         self._bootstrap: Connection | None = None
         self._metadata: Metadata | None = None
 
@@ -98,7 +108,33 @@ class Cluster:
         info = self.metadata().brokers[leader]
         return self._connect(info.host, info.port)
 
+    def shared_writer(self, topic: str, partition: int, *, timeout_ms: int = 30_000) -> SharedWriter:
+        """The writer shared by every partition copy of this process whose leader is the same
+        broker (many partitions per Produce request); a broken one is replaced."""
+        leader = self.leader(topic, partition)
+        with self._lock:
+            w = self._writers.get(leader)
+            if w is not None and not w.broken:
+                return w
+        info = self.metadata().brokers[leader]
+        fresh = SharedWriter(self._connect(info.host, info.port), timeout_ms=timeout_ms)
+        with self._lock:
+            w = self._writers.get(leader)
+            if w is not None and not w.broken:
+                stale = fresh
+            else:
+                stale, w = w, fresh
+                self._writers[leader] = fresh
+        if stale is not None:
+            stale.close()
+        return w
+
     def close(self) -> None:
+        with self._lock:
+            writers = list(self._writers.values())
+            self._writers.clear()
+        for w in writers:
+            w.close()
         with self._lock:
             for conn in self._conns.values():
                 conn.close()

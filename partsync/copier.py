@@ -46,6 +46,7 @@ from partsync.errors import (
 from partsync.plan import Chunk, Condition, PartitionPlan
 from partsync.result import PartitionResult, Status
 from partsync.throttle import limiter_for
+from partsync.writer import Cancelled
 
 __all__ = ["Budget", "CopyOptions", "LocalTopicRules", "copy_partition"]
 
@@ -220,6 +221,7 @@ class _PartitionCopy:
         self.external_stop = stop or threading.Event()
         self.budget = Budget(opts.max_in_flight_bytes)
         self.failed = threading.Event()
+        self.append_failed = threading.Event()
         # Set when this copy must wind down (failure or a stop request): ends throttle waits.
         self.stopping = _AnyEvent(self.failed, self.external_stop)
         self.error: PartsyncError | None = None
@@ -447,13 +449,17 @@ class _PartitionCopy:
 
         producer_conn = self._open(self.local)
         pid, epoch = producer_conn.init_producer_id()
+        # Batches go out through the writer this process shares per local broker, so many
+        # partitions' batches travel in one Produce request; answers come back per partition.
+        writer = self.local.shared_writer(self.topic, self.partition,
+                                          timeout_ms=self.opts.produce_timeout_ms)
         # Sent, unanswered Produce requests, in send order. A request is queued for the verifier
         # only after it was sent (the verifier reads its answer at once); ``slots`` bounds how
         # many are in flight (the broker dedupes idempotent retries over the last 5 only).
         inflight: queue.Queue[object] = queue.Queue()
         slots = threading.BoundedSemaphore(self.opts.max_in_flight_requests)
         verifier = threading.Thread(
-            target=self.verify_worker, args=(producer_conn, inflight, slots), daemon=True,
+            target=self.verify_worker, args=(inflight, slots), daemon=True,
             name=f"verify-{self.topic}-{self.partition}",
         )
         verifier.start()
@@ -496,15 +502,8 @@ class _PartitionCopy:
                     while not slots.acquire(timeout=0.5):
                         self._check_running()
                     self._check_running()
-                    try:
-                        producer_conn.send_produce(
-                            self.topic, {self.partition: data}, acks=-1,
-                            timeout_ms=self.opts.produce_timeout_ms,
-                        )
-                    except BaseException:
-                        slots.release()
-                        raise
-                    inflight.put((b.base_offset, b.next_offset, b.size, source))
+                    fut = writer.submit(self.topic, self.partition, data, self._drop_unsent)
+                    inflight.put((b.base_offset, b.next_offset, b.size, source, fut))
                     expected = b.next_offset
                     last, last_source = b, source
                 # An empty chunk (a straddling batch covered it) has nothing to check or append.
@@ -538,16 +537,33 @@ class _PartitionCopy:
                 cluster=stream.chunk.source, offset=b.base_offset,
             )
 
-    def verify_worker(
-        self, conn: Connection, inflight: queue.Queue[object], slots: threading.BoundedSemaphore
-    ) -> None:
+    def _drop_unsent(self) -> bool:
+        """Batches submitted but not yet sent are dropped once an append failed or went to the
+        wrong offset (stop writing at once) or a stop was requested. A refusal of a *later*
+        batch does not drop them: what came before it is still the source's data, in order."""
+        return self.append_failed.is_set() or self.external_stop.is_set()
+
+    def verify_worker(self, inflight: queue.Queue[object], slots: threading.BoundedSemaphore) -> None:
+        answer_timeout = self.opts.produce_timeout_ms / 1000 + 10
         try:
             while True:
                 item = inflight.get()
                 if item is _END:
                     return
-                base, next_offset, size, source = item  # type: ignore[misc]
-                res = conn.receive_produce().get(self.partition)
+                base, next_offset, size, source, fut = item  # type: ignore[misc]
+                try:
+                    res = fut.result(answer_timeout)
+                except Cancelled:
+                    # Dropped unsent because the partition had already stopped.
+                    slots.release()
+                    self.budget.release(size)
+                    continue
+                except PartsyncError as e:
+                    slots.release()
+                    self.budget.release(size)
+                    if e.topic is None:
+                        e.topic, e.partition, e.offset = self.topic, self.partition, base
+                    raise
                 slots.release()
                 self.budget.release(size)
                 if res is None:
@@ -572,8 +588,10 @@ class _PartitionCopy:
                 if self.progress:
                     self.progress(self.topic, self.partition, size, next_offset)
         except PartsyncError as e:
+            self.append_failed.set()
             self.fail(e)
         except Exception as e:
+            self.append_failed.set()
             log.exception("verifier failed")
             self.fail(PartsyncError(f"verifier crashed: {e!r}", cluster=self.local.name))
 

@@ -1,0 +1,134 @@
+"""The shared writer's packing rules, over a scripted stand-in for one broker connection.
+
+The stand-in implements only the two adapter calls the writer makes and answers like a broker
+(base offsets per partition); the real wire path is covered by the integration tests and the
+strict Produce proxy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from partsync._kafka import ProducedPartition
+from partsync.errors import ClusterError
+from partsync.writer import Cancelled, SharedWriter
+
+
+class ScriptedBroker:
+    def __init__(self, hold: threading.Event | None = None, fail_after: int | None = None) -> None:
+        self.cluster = "test"
+        self.requests: list[dict[str, dict[int, bytes]]] = []
+        self._answers: list[dict[tuple[str, int], ProducedPartition]] = []
+        self._ends: dict[tuple[str, int], int] = {}
+        self._cv = threading.Condition()
+        self._hold = hold
+        self._fail_after = fail_after
+        self.closed = False
+
+    def send_produce_many(self, batches, *, acks: int, timeout_ms: int) -> None:
+        assert acks == -1
+        if self._hold is not None:
+            self._hold.wait(5)
+        with self._cv:
+            if self._fail_after is not None and len(self.requests) >= self._fail_after:
+                raise ClusterError("connection reset", cluster=self.cluster)
+            self.requests.append({t: dict(p) for t, p in batches.items()})
+            answer = {}
+            for t, parts in batches.items():
+                for p, data in parts.items():
+                    base = self._ends.get((t, p), 0)
+                    self._ends[(t, p)] = base + len(data)
+                    answer[(t, p)] = ProducedPartition(p, 0, base, 0, None)
+            self._answers.append(answer)
+            self._cv.notify_all()
+
+    def receive_produce_many(self):
+        with self._cv:
+            while not self._answers:
+                if self.closed:
+                    raise ClusterError("closed", cluster=self.cluster)
+                self._cv.wait(0.1)
+            return self._answers.pop(0)
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+
+def never() -> bool:
+    return False
+
+
+def test_partitions_share_requests_with_one_batch_each_and_order_kept() -> None:
+    hold = threading.Event()
+    broker = ScriptedBroker(hold=hold)
+    w = SharedWriter(broker, max_in_flight=1)  # type: ignore[arg-type]
+    futs = []
+    for i in range(3):  # three batches for each of four partitions, queued while the writer waits
+        for p in range(4):
+            futs.append((p, i, w.submit("t", p, bytes([i]) * 10, never)))
+    hold.set()
+    results = [(p, i, f.result(5)) for p, i, f in futs]
+    w.close()
+    for req in broker.requests:
+        # At most one batch per partition per request (a dict cannot hold two), never empty.
+        assert req["t"]
+    assert sum(len(r["t"]) for r in broker.requests) == 12
+    assert any(len(r["t"]) > 1 for r in broker.requests)  # partitions did share requests
+    for p in range(4):
+        sent = [r["t"][p][0] for r in broker.requests if p in r["t"]]
+        assert sent == [0, 1, 2]  # each partition's batches in submission order
+        bases = [res.base_offset for q, _, res in results if q == p]
+        assert bases == [0, 10, 20]
+
+
+def test_cancelled_batches_are_dropped_unsent() -> None:
+    hold = threading.Event()
+    broker = ScriptedBroker(hold=hold)
+    w = SharedWriter(broker, max_in_flight=1)  # type: ignore[arg-type]
+    stopped = threading.Event()
+    first = w.submit("t", 0, b"a" * 5, stopped.is_set)
+    time.sleep(0.2)  # the writer has taken the first batch and waits in send
+    second = w.submit("t", 0, b"b" * 5, stopped.is_set)
+    stopped.set()
+    hold.set()
+    assert first.result(5).base_offset == 0
+    with pytest.raises(Cancelled):
+        second.result(5)
+    w.close()
+    assert [r["t"][0] for r in broker.requests] == [b"a" * 5]
+
+
+def test_a_broken_connection_fails_every_unanswered_batch_and_the_writer() -> None:
+    broker = ScriptedBroker(fail_after=1)
+    w = SharedWriter(broker, max_in_flight=1)  # type: ignore[arg-type]
+    ok = w.submit("t", 0, b"x", never)
+    assert ok.result(5).base_offset == 0
+    bad = [w.submit("t", p, b"y", never) for p in range(3)]
+    for f in bad:
+        with pytest.raises(ClusterError):
+            f.result(5)
+    assert w.broken
+    with pytest.raises(ClusterError):
+        w.submit("t", 9, b"z", never).result(1)
+    w.close()
+
+
+def test_request_size_cap_splits_requests() -> None:
+    hold = threading.Event()
+    broker = ScriptedBroker(hold=hold)
+    w = SharedWriter(broker, max_in_flight=1, max_request_bytes=25)  # type: ignore[arg-type]
+    blocker = w.submit("t", 99, b"-", never)
+    time.sleep(0.2)
+    futs = [w.submit("t", p, b"x" * 10, never) for p in range(5)]
+    hold.set()
+    blocker.result(5)
+    for f in futs:
+        f.result(5)
+    w.close()
+    sizes = [sum(len(d) for d in r["t"].values()) for r in broker.requests[1:]]
+    assert all(s <= 25 for s in sizes) and sum(sizes) == 50
