@@ -500,21 +500,9 @@ class Connection:
         transactional_id: str | None = None,
     ) -> None:
         """Send one Produce request with at most one batch per partition (Kafka's rule)."""
-        D = ProduceRequest.TopicProduceData
-        req = ProduceRequest(
-            transactional_id=transactional_id,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            topic_data=[
-                D(
-                    name=topic,
-                    partition_data=[
-                        D.PartitionProduceData(index=p, records=b) for p, b in batches.items()
-                    ],
-                )
-            ],
+        self.send_produce_many(
+            {topic: batches}, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id
         )
-        self.send("Produce", req)
 
     def send_produce_many(
         self,
@@ -522,11 +510,12 @@ class Connection:
         *,
         acks: int = -1,
         timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
     ) -> None:
         """One Produce request for many topics and partitions, one batch per partition."""
         D = ProduceRequest.TopicProduceData
         req = ProduceRequest(
-            transactional_id=None,
+            transactional_id=transactional_id,
             acks=acks,
             timeout_ms=timeout_ms,
             topic_data=[
@@ -556,18 +545,8 @@ class Connection:
         return out
 
     def receive_produce(self) -> dict[int, ProducedPartition]:
-        resp = self.receive()
-        out: dict[int, ProducedPartition] = {}
-        for t in resp.responses:
-            for p in t.partition_responses:
-                out[p.index] = ProducedPartition(
-                    p.index,
-                    p.error_code,
-                    p.base_offset,
-                    getattr(p, "log_start_offset", -1),
-                    getattr(p, "error_message", None),
-                )
-        return out
+        """The answer to a ``send_produce`` (one topic), by partition."""
+        return {p: res for (_t, p), res in self.receive_produce_many().items()}
 
     def init_producer_id(self, transactional_id: str | None = None, timeout_ms: int = 60_000) -> tuple[int, int]:
         resp = self.call(
