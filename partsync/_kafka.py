@@ -229,6 +229,9 @@ class Connection:
         self._pending: collections.deque[tuple[int, Any, int, str]] = collections.deque()
         self._correlation = 0
         self._versions: dict[str, int] = {}
+        # Set once the socket is closed (by us or after an I/O error): the connection is out of
+        # step with its pending requests and must be replaced, never reused.
+        self.closed = False
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
@@ -293,6 +296,7 @@ class Connection:
                 raise self._io_error(f"reading {api} response", e) from e
             (got,) = _SIZE.unpack_from(body, 0)
             if got != cid:
+                self.close()
                 raise ClusterError(
                     f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
                     cluster=self.cluster,
@@ -327,6 +331,7 @@ class Connection:
         )
 
     def close(self) -> None:
+        self.closed = True
         for closer in (self._rfile.close, self._sock.close):
             try:
                 closer()
@@ -487,8 +492,10 @@ class Connection:
         return out
 
     def fetch(self, topic: str, wanted: list[tuple[int, int, int]], **kw: Any) -> dict[int, FetchedPartition]:
-        self.send_fetch(topic, wanted, **kw)
-        return self.receive_fetch()
+        # Held like call(): on a shared connection, two threads' fetches must not swap answers.
+        with self._call_lock:
+            self.send_fetch(topic, wanted, **kw)
+            return self.receive_fetch()
 
     def send_produce(
         self,
