@@ -76,7 +76,7 @@ class Cluster:
         )
 
     def _bootstrap_conn(self) -> Connection:
-        if self._bootstrap is not None:
+        if self._bootstrap is not None and not self._bootstrap.closed:
             return self._bootstrap
         errors = []
         for host, port in self.ref.bootstrap_servers:
@@ -94,7 +94,7 @@ class Cluster:
         """The shared connection to one broker, for one-off requests."""
         with self._lock:
             conn = self._conns.get(node_id)
-            if conn is None:
+            if conn is None or conn.closed:  # a dropped connection is replaced, not reused
                 info = self.metadata().brokers.get(node_id)
                 if info is None:
                     raise ClusterError(f"broker {node_id} is not in the cluster metadata", cluster=self.name)
@@ -251,12 +251,8 @@ class Cluster:
         try:
             raw = self.broker_conn(leader).describe_topic_configs(topic)
         except ClusterError as e:
-            # A broker that drops the connection on DescribeConfigs (a Tansu quirk) leaves the
-            # shared connection dead: forget it so later requests reconnect.
-            with self._lock:
-                conn = self._conns.pop(leader, None)
-            if conn is not None:
-                conn.close()
+            # Some brokers drop the connection on DescribeConfigs (a Tansu quirk); broker_conn()
+            # replaces the closed connection on the next request.
             warnings.append(
                 f"cluster {self.name}: could not read configs of topic {topic} ({e.reason}); "
                 "assuming Apache Kafka defaults (compression.type=producer, CreateTime)"
