@@ -447,8 +447,10 @@ class _PartitionCopy:
                 workers.append(t)
                 t.start()
 
-        producer_conn = self._open(self.local)
-        pid, epoch = producer_conn.init_producer_id()
+        # A producer id of its own for this copy, asked over the process's shared connection to
+        # the leader (the appends themselves go through the shared writer).
+        leader = self.local.leader(self.topic, self.partition)
+        pid, epoch = self.local.broker_conn(leader).init_producer_id()
         # Batches go out through the writer this process shares per local broker, so many
         # partitions' batches travel in one Produce request; answers come back per partition.
         writer = self.local.shared_writer(self.topic, self.partition,
