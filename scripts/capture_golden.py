@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from partsync.testing.brokers import Broker, start_noida, start_tansu
+from partsync.testing.brokers import Broker, recv_exact, start_noida, start_tansu
 from partsync.testing.data import COMPRESSIONS, Rec, create_topic, produce
 
 with warnings.catch_warnings():
@@ -100,8 +100,8 @@ def fetch_raw(broker: Broker, topic: str, partition: int = 0) -> tuple[bytes, in
             req.API_VERSION = 4
             req.with_header(correlation_id=corr, client_id="partsync-golden")
             sock.sendall(req.encode(header=True, framed=True))
-            size = struct.unpack(">i", _recv(sock, 4))[0]
-            resp = FetchResponse.decode(_recv(sock, size), version=4, header=True)
+            size = struct.unpack(">i", recv_exact(sock, 4))[0]
+            resp = FetchResponse.decode(recv_exact(sock, size), version=4, header=True)
             part = resp.responses[0].partitions[0]
             if part.error_code:
                 raise RuntimeError(f"Fetch {topic}[{partition}]@{offset}: error {part.error_code}")
@@ -121,16 +121,6 @@ def fetch_raw(broker: Broker, topic: str, partition: int = 0) -> tuple[bytes, in
             if pos == 0 and offset < high:
                 raise RuntimeError(f"Fetch {topic}[{partition}]@{offset}: no whole batch")
     return bytes(out), high
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def _bytes_json(b: bytes | None) -> dict[str, str] | None:

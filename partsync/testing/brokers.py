@@ -37,6 +37,7 @@ __all__ = [
     "BrokerStartError",
     "free_port",
     "kafka_ping",
+    "recv_exact",
     "start_broker",
     "start_kafka_container",
     "start_noida",
@@ -78,15 +79,15 @@ def _request(sock: socket.socket, api_key: int, correlation_id: int, body: bytes
     header = struct.pack(">hhih", api_key, 0, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
     payload = header + body
     sock.sendall(struct.pack(">i", len(payload)) + payload)
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    response = _recv_exact(sock, size)
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    response = recv_exact(sock, size)
     got_id = struct.unpack_from(">i", response, 0)[0]
     if got_id != correlation_id:
         raise ConnectionError(f"correlation id {got_id} != {correlation_id}")
     return response[4:]
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
