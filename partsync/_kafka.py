@@ -25,7 +25,18 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
@@ -42,12 +53,16 @@ from partsync.config import Security
 from partsync.errors import BrokerError, ClusterError
 
 __all__ = [
+    "COORDINATOR_RETRY_CODES",
     "EARLIEST",
+    "GROUP_KEY",
     "LATEST",
+    "TXN_KEY",
     "PROBE_WAIT_MS",
     "BrokerInfo",
     "Connection",
     "FetchedPartition",
+    "JoinResult",
     "Metadata",
     "PartitionMeta",
     "ProducedPartition",
@@ -61,6 +76,11 @@ __all__ = [
 
 EARLIEST = -2
 LATEST = -1
+GROUP_KEY = 0
+TXN_KEY = 1
+# Answers that mean "ask again (maybe elsewhere) shortly": COORDINATOR_LOAD_IN_PROGRESS,
+# COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+COORDINATOR_RETRY_CODES = frozenset({14, 15, 16})
 # Wait for probes of data that is known to exist. Kafka answers at once when data is there;
 # Tansu answers max_wait_ms=0 (like min_bytes=0) with no partitions at all, so never use 0.
 PROBE_WAIT_MS = 100
@@ -76,6 +96,13 @@ _PREFERRED = {
     "InitProducerId": (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
+    # Group membership on the LOCAL cluster only (partsync never joins a source's groups).
+    # JoinGroup >= 4 answers a new member MEMBER_ID_REQUIRED first; both paths are handled.
+    "FindCoordinator": (FindCoordinatorRequest, FindCoordinatorResponse, 1, 6),
+    "JoinGroup": (JoinGroupRequest, JoinGroupResponse, 2, 9),
+    "SyncGroup": (SyncGroupRequest, SyncGroupResponse, 1, 5),
+    "Heartbeat": (HeartbeatRequest, HeartbeatResponse, 1, 4),
+    "LeaveGroup": (LeaveGroupRequest, LeaveGroupResponse, 1, 5),
     "SaslHandshake": (SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
     "SaslAuthenticate": (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
 }
@@ -187,6 +214,17 @@ class FetchedPartition:
     high_watermark: int
     log_start_offset: int
     records: bytes
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error_code: int
+    generation: int
+    member_id: str
+    leader: str
+    protocol: str | None
+    # (member id, metadata) of every member; only the leader gets them.
+    members: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,12 +594,19 @@ class Connection:
         return {p: res for (_t, p), res in self.receive_produce_many().items()}
 
     def init_producer_id(self, transactional_id: str | None = None, timeout_ms: int = 60_000) -> tuple[int, int]:
+        code, pid, epoch = self.try_init_producer_id(transactional_id, timeout_ms)
+        raise_for_code(code, "InitProducerId", cluster=self.cluster)
+        return pid, epoch
+
+    def try_init_producer_id(
+        self, transactional_id: str | None = None, timeout_ms: int = 60_000
+    ) -> tuple[int, int, int]:
+        """(error code, producer id, epoch), for callers that retry coordinator errors."""
         resp = self.call(
             "InitProducerId",
             InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms),
         )
-        raise_for_code(resp.error_code, "InitProducerId", cluster=self.cluster)
-        return int(resp.producer_id), int(resp.producer_epoch)
+        return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
 
     def create_topic(
         self, topic: str, partitions: int, replication: int, configs: dict[str, str], timeout_ms: int = 30_000
@@ -602,3 +647,82 @@ class Connection:
             for c in r.configs:
                 out[c.name] = c.value
         return out
+
+    # -- group membership (local cluster) ---------------------------------------------------
+
+    def find_coordinator(self, key: str, key_type: int = GROUP_KEY) -> tuple[int, BrokerInfo | None]:
+        """(error code, coordinator) for a group (``GROUP_KEY``) or transactional id (``TXN_KEY``)."""
+        if self.version("FindCoordinator") >= 4:
+            resp = self.call(
+                "FindCoordinator", FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+            )
+            c = resp.coordinators[0]
+            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            resp = self.call("FindCoordinator", FindCoordinatorRequest(key=key, key_type=key_type))
+            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+        return code, (BrokerInfo(node, host, port) if not code else None)
+
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        *,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        P = JoinGroupRequest.JoinGroupRequestProtocol
+        resp = self.call("JoinGroup", JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type=protocol_type,
+            protocols=[P(name=n, metadata=m) for n, m in protocols],
+            reason=None,
+        ))
+        return JoinResult(
+            resp.error_code, resp.generation_id, resp.member_id, resp.leader,
+            resp.protocol_name or None,
+            tuple((m.member_id, bytes(m.metadata)) for m in resp.members),
+        )
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        protocol_type: str,
+        protocol: str,
+        assignments: dict[str, bytes],
+    ) -> tuple[int, bytes]:
+        A = SyncGroupRequest.SyncGroupRequestAssignment
+        resp = self.call("SyncGroup", SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type=protocol_type,
+            protocol_name=protocol,
+            assignments=[A(member_id=m, assignment=a) for m, a in assignments.items()],
+        ))
+        return resp.error_code, bytes(resp.assignment or b"")
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> int:
+        resp = self.call("Heartbeat", HeartbeatRequest(
+            group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None,
+        ))
+        return int(resp.error_code)
+
+    def leave_group(self, group: str, member_id: str) -> int:
+        if self.version("LeaveGroup") >= 3:
+            M = LeaveGroupRequest.MemberIdentity
+            req = LeaveGroupRequest(
+                group_id=group, members=[M(member_id=member_id, group_instance_id=None, reason=None)]
+            )
+        else:
+            req = LeaveGroupRequest(group_id=group, member_id=member_id)
+        return int(self.call("LeaveGroup", req).error_code)

@@ -193,19 +193,50 @@ def plan(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
               help="Stop cleanly (in-flight appends confirmed) after SECONDS and exit 4 if not caught up.")
 @click.option("--metrics-file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write Prometheus metrics for this run to FILE, atomically "
-                   "(node_exporter textfile collector).")
+                   "(node_exporter textfile collector). One-shot runs only.")
+@click.option("--follow", is_flag=True,
+              help="Keep running: tail the sources (broker fetch wait, no busy polling) and append "
+                   "new batches as they arrive, until SIGTERM/Ctrl-C.")
+@click.option("--group", default=None, metavar="NAME",
+              help="Local group that splits the partitions between partsync processes of this job "
+                   "(local cluster's group coordinator only; no offsets are committed). "
+                   "Default: partsync.<topics>.")
+@click.option("--no-group", is_flag=True,
+              help="Do not join a group: this process writes every selected partition. Only safe "
+                   "when no other partsync process writes these topics (implied by --engine spark).")
+@click.option("--session-timeout", type=click.FloatRange(min=1), default=10.0, show_default=True,
+              metavar="SECONDS", help="Group session timeout: how soon a dead process's partitions "
+                                      "move to the others.")
+@click.option("--follow-wait-ms", type=click.IntRange(min=10, max=30_000), default=500, show_default=True,
+              help="Follow mode: longest a fetch waits at the brokers for new data.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",
+              help="Follow mode: serve Prometheus metrics at http://HOST:PORT/metrics.")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True,
+              help="Address --metrics-port binds to.")
+@click.option("--fencing/--no-fencing", default=True, show_default=True,
+              help="Append with a producer id under the partition's transactional id, so a newer "
+                   "partsync writer of the partition fences older ones (needs WRITE on "
+                   "TransactionalId 'partsync:' prefixed ids under ACLs).")
 @click.pass_obj
 def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, partitions: str | None,
          chunk_offsets: int, create_missing: bool, as_json: bool, max_in_flight_bytes: int,
          connections_per_broker: int, parallelism: int, engine: str, spark_master: str | None,
          retries: int, max_bytes_per_sec: int | None, deadline: float | None,
-         metrics_file: str | None) -> None:
-    """Copy what the local cluster lacks, at exactly the sources' offsets, then exit.
+         metrics_file: str | None, follow: bool, group: str | None, no_group: bool,
+         session_timeout: float, follow_wait_ms: int, metrics_port: int | None, metrics_host: str,
+         fencing: bool) -> None:
+    """Copy what the local cluster lacks, at exactly the sources' offsets.
 
-    One-shot: it catches up with the source bounds read at start and exits (the cron mode);
+    One-shot (default, the cron mode): catch up with the source bounds read at start and exit;
     running it again is a no-op. The local log end is the checkpoint, so an interrupted run is
     resumed by running it again. Partitions that cannot be copied without shifting offsets are
     refused and left untouched (exit 3).
+
+    Runs of one job share the work through a group on the LOCAL cluster (--group): overlapping
+    cron runs split the partitions, and --follow processes on several hosts divide them and
+    take over those of a process that dies. A partition has one writer at a time: group
+    ownership, producer-epoch fencing, and the check that every append lands at the source's
+    offset. A run with nothing to copy does not join the group.
     """
     from partsync.engines import make_engine
     from partsync.render import CopyProgress, report_notes, report_table, summary_line
@@ -213,9 +244,20 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
     from partsync.task import ClusterPool
 
     with _guard():
+        if engine == "spark" and (follow or group):
+            raise UsageError("--follow and --group run on the local engine (Spark tasks cannot hold "
+                             "group membership); use --engine local")
+        if follow and deadline is not None:
+            raise UsageError("--deadline is for one-shot runs; follow mode runs until stopped")
+        if follow and metrics_file:
+            raise UsageError("--metrics-file is for one-shot runs; follow mode serves --metrics-port")
+        if metrics_port is not None and not follow:
+            raise UsageError("--metrics-port is for --follow; one-shot runs write --metrics-file")
+        if group is not None and no_group:
+            raise UsageError("--group and --no-group contradict each other")
         opts = CopyOptions(max_in_flight_bytes=max_in_flight_bytes,
                            connections_per_broker=connections_per_broker,
-                           max_bytes_per_sec=max_bytes_per_sec)
+                           max_bytes_per_sec=max_bytes_per_sec, fencing=fencing)
         req = _request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts)
         stop = threading.Event()
         why: list[str] = []
@@ -236,11 +278,21 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             if not as_json and total and stderr.is_terminal:
                 progress = CopyProgress(stderr, total)
                 progress.start({(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions})
-            eng = make_engine(engine, parallelism=parallelism, progress=progress, stop=stop,
-                              spark_master=spark_master)
+            owned = follow or (engine == "local" and not no_group and total > 0)
+            fatal = None
             try:
-                report = run_sync(req, eng, pool, plans=plans, retries=retries, stop=stop,
-                                  stopped_reason=lambda: why[0] if why else None)
+                if owned:
+                    report, fatal = _run_owned(req, pool, plans, follow=follow,
+                                               group=None if no_group else group or default_group(req),
+                                               session_timeout=session_timeout, retries=retries,
+                                               follow_wait_ms=follow_wait_ms, metrics_port=metrics_port,
+                                               metrics_host=metrics_host, stop=stop, why=why,
+                                               progress=progress, parallelism=parallelism)
+                else:
+                    eng = make_engine(engine, parallelism=parallelism, progress=progress, stop=stop,
+                                      spark_master=spark_master)
+                    report = run_sync(req, eng, pool, plans=plans, retries=retries, stop=stop,
+                                      stopped_reason=lambda: why[0] if why else None)
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -256,7 +308,15 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
                 for w in tr.warnings:
                     stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
             stderr.print(summary_line(report), highlight=False)
-        code = report.exit_status
+        if follow:
+            from partsync.follow import follow_exit_status
+
+            code = follow_exit_status(report)
+        else:
+            code = report.exit_status
+        if fatal is not None:
+            stderr.print(f"[red]error:[/] {fatal}", highlight=False)
+            code = ExitStatus.FAILURE
         if report.stopped == "deadline" and code == ExitStatus.DEADLINE:
             stderr.print(f"[yellow]deadline of {deadline:g}s reached before catching up[/]")
         if metrics_file:
@@ -267,6 +327,48 @@ def sync(ctx: _Ctx, topics: tuple[str, ...], sources: str, local: str | None, pa
             except OSError as e:
                 raise UsageError(f"cannot write metrics file {metrics_file}: {e.strerror or e}") from None
     raise SystemExit(int(code))
+
+
+def default_group(req: Any) -> str:
+    """The group a job joins unless --group names one: derived from its local topics, so runs
+    of the same job (same topics) meet in the same group."""
+    name = "partsync." + ",".join(sorted(req.topics))
+    if len(name) > 200:
+        import hashlib
+
+        name = "partsync." + hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name
+
+
+def _run_owned(req: Any, pool: Any, plans: Any, *, follow: bool, group: str | None,
+               session_timeout: float, retries: int, follow_wait_ms: int, metrics_port: int | None,
+               metrics_host: str, stop: threading.Event, why: list[str], progress: Any,
+               parallelism: int) -> Any:
+    from partsync.follow import OwnedRun, run_owned
+    from partsync.metrics import LiveMetrics, serve_metrics
+
+    live = LiveMetrics()
+    server = None
+    if metrics_port is not None:
+        try:
+            server = serve_metrics(live, metrics_port, metrics_host)
+        except OSError as e:
+            raise UsageError(f"cannot serve metrics on {metrics_host}:{metrics_port}: "
+                             f"{e.strerror or e}") from None
+        stderr.print(f"metrics at http://{metrics_host}:{server.server_address[1]}/metrics",
+                     highlight=False)
+    if follow:
+        stderr.print(f"following {', '.join(req.topics)}"
+                     + (f" in group {group!r}" if group else " (no group: all partitions)")
+                     + "; SIGTERM or Ctrl-C stops", highlight=False)
+    opts = OwnedRun(follow=follow, group=group, session_timeout_ms=int(session_timeout * 1000),
+                    follow_wait_ms=follow_wait_ms, retries=retries, parallelism=parallelism)
+    try:
+        return run_owned(req, pool, plans, opts, stop=stop, progress=progress, metrics=live,
+                         stopped_reason=lambda: why[0] if why else None)
+    finally:
+        if server is not None:
+            server.shutdown()
 
 
 def _install_stop_handler(stop: threading.Event, why: list[str]) -> None:

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from partsync._kafka import (
+    COORDINATOR_RETRY_CODES,
     EARLIEST,
     LATEST,
     PROBE_WAIT_MS,
+    TXN_KEY,
+    BrokerInfo,
     Connection,
     Metadata,
     TopicMeta,
+    broker_error,
     error_name,
 )
 from partsync.config import ClusterRef
@@ -29,6 +36,7 @@ from partsync.writer import SharedWriter
 __all__ = ["IDENTITY_CONFIGS", "Cluster", "TopicInfo"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Topic configs that decide whether a broker stores appended batches byte-for-byte.
 IDENTITY_CONFIGS = ("cleanup.policy", "compression.type", "message.timestamp.type", "max.message.bytes")
@@ -65,14 +73,14 @@ class Cluster:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _connect(self, host: str, port: int) -> Connection:
+    def _connect(self, host: str, port: int, timeout: float | None = None) -> Connection:
         return Connection(
             host,
             port,
             cluster=self.name,
             client_id=self.ref.client_id,
             security=self.ref.security,
-            timeout=self.timeout,
+            timeout=self.timeout if timeout is None else timeout,
         )
 
     def _bootstrap_conn(self) -> Connection:
@@ -101,6 +109,39 @@ class Cluster:
                 conn = self._connect(info.host, info.port)
                 self._conns[node_id] = conn
             return conn
+
+    def connect_to(self, broker: BrokerInfo, *, timeout: float | None = None) -> Connection:
+        """A new dedicated connection to ``broker`` (for blocking calls such as JoinGroup)."""
+        return self._connect(broker.host, broker.port, timeout)
+
+    def find_coordinator(self, key: str, key_type: int) -> tuple[int, BrokerInfo | None]:
+        return self._bootstrap_call(lambda c: c.find_coordinator(key, key_type))
+
+    def init_producer_id(self, transactional_id: str | None, *, timeout: float = 30.0) -> tuple[int, int]:
+        """A producer id and epoch; with a transactional id, from that id's transaction
+        coordinator (which bumps the epoch and so fences the id's previous holder).
+
+        A coordinator that is loading or moved is asked again until ``timeout``: a cluster's
+        first transactional id creates ``__transaction_state``, which takes a few seconds.
+        """
+        if transactional_id is None:
+            return self.broker_conn(self._any_broker()).init_producer_id()
+        deadline = time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            code, coord = self.find_coordinator(transactional_id, TXN_KEY)
+            if not code and coord is not None:
+                code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(transactional_id)
+                if not code:
+                    return pid, epoch
+            if code not in COORDINATOR_RETRY_CODES or time.monotonic() > deadline:
+                raise broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
+                                   cluster=self.name)
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    def _any_broker(self) -> int:
+        return min(self.metadata().brokers)
 
     def connect_leader(self, topic: str, partition: int) -> Connection:
         """A new dedicated connection to a partition's leader (for a copy pipeline)."""
@@ -151,14 +192,18 @@ class Cluster:
 
     # -- metadata -----------------------------------------------------------------------------
 
+    def _bootstrap_call(self, fn: Callable[[Connection], _T]) -> _T:
+        """``fn`` over the bootstrap connection, forgotten if it failed (the next call reconnects)."""
+        conn = self._bootstrap_conn()
+        try:
+            return fn(conn)
+        except ClusterError:
+            self._bootstrap = None
+            raise
+
     def metadata(self, refresh: bool = False) -> Metadata:
         if self._metadata is None or refresh:
-            conn = self._bootstrap_conn()
-            try:
-                self._metadata = conn.metadata(None)
-            except ClusterError:
-                self._bootstrap = None
-                raise
+            self._metadata = self._bootstrap_call(lambda c: c.metadata(None))
         return self._metadata
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:

@@ -40,7 +40,9 @@ from partsync.errors import (
     ClusterError,
     CorruptBatchError,
     DivergenceError,
+    FencedError,
     PartsyncError,
+    StoppedError,
     UnsafeError,
 )
 from partsync.plan import Chunk, Condition, PartitionPlan
@@ -48,7 +50,15 @@ from partsync.result import PartitionResult, Status
 from partsync.throttle import limiter_for
 from partsync.writer import Cancelled
 
-__all__ = ["Budget", "CopyOptions", "LocalTopicRules", "copy_partition"]
+__all__ = [
+    "Budget",
+    "CopyOptions",
+    "LocalTopicRules",
+    "ProducerSession",
+    "copy_partition",
+    "open_producer",
+    "transactional_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +76,8 @@ class CopyOptions:
     # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster
     # caps come from the cluster's config (ClusterRef.max_bytes_per_sec).
     max_bytes_per_sec: int | None = None
+    # Fence other partsync writers of the same local partition (see ``transactional_id``).
+    fencing: bool = True
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:
@@ -100,6 +112,43 @@ class LocalTopicRules:
                 f"{self.max_message_bytes}; raise it to at least the source's",
                 offset=batch.base_offset,
             )
+
+
+# Kafka answers an append from a producer whose epoch was bumped by a newer InitProducerId with
+# INVALID_PRODUCER_EPOCH (47); some brokers say PRODUCER_FENCED (90).
+_FENCED_CODES = frozenset({47, 90})
+
+
+def transactional_id(topic: str, partition: int) -> str:
+    """The transactional id every partsync writer of a local partition initialises with.
+
+    It names the local partition only (not the group or the run), so any two partsync
+    processes writing it fence each other: the later InitProducerId bumps the producer epoch and
+    the broker rejects the earlier writer's appends. ':' cannot occur in a topic name.
+    """
+    return f"partsync:{topic}:{partition}"
+
+
+@dataclass
+class ProducerSession:
+    """The idempotent producer identity one owner appends a partition with.
+
+    Follow mode keeps one session for as long as it owns the partition (one epoch bump per
+    ownership, not per round) and continues its sequence; a session that saw a failure is
+    discarded, since the broker's sequence state is then unknown.
+    """
+
+    producer_id: int
+    epoch: int
+    sequence: int = 0
+    usable: bool = True
+
+
+def open_producer(local: Cluster, topic: str, partition: int, fencing: bool = True) -> ProducerSession:
+    """A new producer identity for appending the partition: with ``fencing``, under the
+    partition's transactional id, which fences every earlier writer of it."""
+    pid, epoch = local.init_producer_id(transactional_id(topic, partition) if fencing else None)
+    return ProducerSession(pid, epoch)
 
 
 class Budget:
@@ -209,8 +258,10 @@ class _PartitionCopy:
         rules: LocalTopicRules,
         progress: ProgressFn | None,
         stop: threading.Event | None,
+        producer: ProducerSession | None = None,
     ) -> None:
         self.plan = plan
+        self.producer = producer
         self.topic = plan.topic
         self.partition = plan.partition
         self.sources = sources
@@ -227,6 +278,7 @@ class _PartitionCopy:
         self.error: PartsyncError | None = None
         self._error_lock = threading.Lock()
         self.bytes_by_source: dict[str, int] = {}
+        self.batches_by_source: dict[str, int] = {}
         self.batches = 0
         self.bytes = 0
         self.confirmed_end = plan.local.end
@@ -250,7 +302,7 @@ class _PartitionCopy:
         if self.failed.is_set():
             raise _Stop()
         if self.external_stop.is_set():
-            self.fail(PartsyncError("stopped on request before catching up"))
+            self.fail(StoppedError("stopped on request before catching up"))
             raise _Stop()
 
     def _open(self, cluster: Cluster) -> Connection:
@@ -447,10 +499,13 @@ class _PartitionCopy:
                 workers.append(t)
                 t.start()
 
-        # A producer id of its own for this copy, asked over the process's shared connection to
-        # the leader (the appends themselves go through the shared writer).
-        leader = self.local.leader(self.topic, self.partition)
-        pid, epoch = self.local.broker_conn(leader).init_producer_id()
+        # The producer identity: the caller's session (follow mode), else a new one for this
+        # copy, which also fences any other writer of the partition. Asked over the process's
+        # shared connection to the leader; the appends go through the shared writer.
+        if self.producer is None or not self.producer.usable:
+            self.producer = open_producer(self.local, self.topic, self.partition, self.opts.fencing)
+        session = self.producer
+        pid, epoch = session.producer_id, session.epoch
         # Batches go out through the writer this process shares per local broker, so many
         # partitions' batches travel in one Produce request; answers come back per partition.
         writer = self.local.shared_writer(self.topic, self.partition,
@@ -465,7 +520,7 @@ class _PartitionCopy:
             name=f"verify-{self.topic}-{self.partition}",
         )
         verifier.start()
-        sequence = 0
+        sequence = session.sequence
         expected = plan.local.end
         try:
             for stream in streams:
@@ -525,6 +580,9 @@ class _PartitionCopy:
             verifier.join(timeout=5)
             for t in workers:
                 t.join(timeout=5)
+            # Only a clean copy leaves the broker's sequence where we think it is.
+            session.sequence = sequence
+            session.usable = self.error is None and not verifier.is_alive()
 
     def _check_agreement(self, stream: _ChunkStream, last: Batch | None, last_source: str) -> None:
         """Before using a chunk's source, its copy of the previous batch must equal ours."""
@@ -570,6 +628,12 @@ class _PartitionCopy:
                 self.budget.release(size)
                 if res is None:
                     raise ClusterError("Produce response lacks the partition", cluster=self.local.name, offset=base)
+                if res.error_code in _FENCED_CODES:
+                    raise FencedError(
+                        f"append of batch {base}..{next_offset - 1} was refused: another partsync "
+                        "writer of this partition has a newer producer epoch; stopped writing it",
+                        cluster=self.local.name, topic=self.topic, partition=self.partition, offset=base,
+                    )
                 if res.error_code:
                     raise broker_error(
                         res.error_code,
@@ -587,6 +651,7 @@ class _PartitionCopy:
                 self.batches += 1
                 self.bytes += size
                 self.bytes_by_source[source] = self.bytes_by_source.get(source, 0) + size
+                self.batches_by_source[source] = self.batches_by_source.get(source, 0) + 1
                 if self.progress:
                     self.progress(self.topic, self.partition, size, next_offset)
         except PartsyncError as e:
@@ -606,8 +671,11 @@ def copy_partition(
     rules: LocalTopicRules = LocalTopicRules(),
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
+    producer: ProducerSession | None = None,
 ) -> PartitionResult:
-    """Execute ``plan`` for one partition and report what happened (never raises PartsyncError)."""
+    """Execute ``plan`` for one partition and report what happened (never raises PartsyncError).
+
+    ``producer`` continues an owner's session; it is marked unusable if anything went wrong."""
     base = PartitionResult(
         topic=plan.topic,
         partition=plan.partition,
@@ -621,7 +689,7 @@ def copy_partition(
     if plan.condition is Condition.UNSAFE:
         return base.with_status(Status.UNSAFE, plan.reason)
     started = time.monotonic()
-    job = _PartitionCopy(plan, sources, local, opts, rules, progress, stop)
+    job = _PartitionCopy(plan, sources, local, opts, rules, progress, stop, producer)
     try:
         job.run()
     except PartsyncError as e:
@@ -629,16 +697,20 @@ def copy_partition(
     except Exception as e:
         log.exception("copy of %s-%d failed", plan.topic, plan.partition)
         job.fail(PartsyncError(f"unexpected failure: {e!r}"))
+    if producer is not None and job.error is not None:
+        producer.usable = False
     result = base.with_copy(
         local_end_after=job.confirmed_end,
         batches=job.batches,
         bytes=job.bytes,
         bytes_by_source=dict(job.bytes_by_source),
+        batches_by_source=dict(job.batches_by_source),
         seconds=time.monotonic() - started,
         peak_buffered_bytes=job.budget.peak,
     )
     if job.error is not None:
-        status = Status.UNSAFE if isinstance(job.error, UnsafeError) else Status.ERROR
+        status = (Status.UNSAFE if isinstance(job.error, UnsafeError)
+                  else Status.HANDED_OVER if isinstance(job.error, FencedError) else Status.ERROR)
         return result.with_status(status, str(job.error), job.error)
     if job.confirmed_end != plan.target_end:
         return result.with_status(

@@ -22,6 +22,8 @@ __all__ = [
     "UnsafeError",
     "DivergenceError",
     "AppendMismatchError",
+    "FencedError",
+    "StoppedError",
 ]
 
 
@@ -149,3 +151,13 @@ class DivergenceError(UnsafeError):
 
 class AppendMismatchError(UnsafeError):
     """The broker put an appended batch somewhere else than the source's offset."""
+
+
+class FencedError(PartsyncError):
+    """Another partsync writer took over the partition (its producer epoch is newer): this one
+    stops writing it at once. Not a failure of the job: the new owner carries on."""
+
+
+class StoppedError(PartsyncError):
+    """The run was asked to stop (signal, deadline, lost ownership) before catching up; what was
+    appended is confirmed and kept."""

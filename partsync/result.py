@@ -21,6 +21,9 @@ class Status(str, enum.Enum):
     SYNCED = "synced"
     UNSAFE = "unsafe"
     ERROR = "error"
+    # Another partsync writer took the partition over (a newer producer epoch fenced this one,
+    # or a group rebalance moved it): this process stopped writing it. Not a failure.
+    HANDED_OVER = "handed-over"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class PartitionResult:
     batches: int = 0
     bytes: int = 0
     bytes_by_source: dict[str, int] = field(default_factory=dict)
+    batches_by_source: dict[str, int] = field(default_factory=dict)
     reason: str | None = None
     error: dict[str, Any] | None = None
     seconds: float = 0.0
@@ -57,6 +61,7 @@ class PartitionResult:
             "batches": self.batches,
             "bytes": self.bytes,
             "bytes_by_source": dict(self.bytes_by_source),
+            "batches_by_source": dict(self.batches_by_source),
             "reason": self.reason,
         }
 

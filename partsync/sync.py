@@ -213,7 +213,7 @@ class Engine:
         raise NotImplementedError
 
 
-def _whole_topic_results(tp: TopicPlan, req: SyncRequest) -> TopicResult:
+def whole_topic_results(tp: TopicPlan) -> TopicResult:
     status = Status.UNSAFE if tp.refused else Status.ERROR
     reason = tp.refused or tp.error
     parts = []
@@ -230,12 +230,16 @@ def _retriable(r: PartitionResult) -> bool:
     return r.status is Status.ERROR and bool(r.error and r.error.get("retriable"))
 
 
-def _merge(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
+def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
     """One result for a partition copied in several attempts."""
     by_source = dict(first.bytes_by_source)
     for s, n in retry.bytes_by_source.items():
         by_source[s] = by_source.get(s, 0) + n
+    batches_by_source = dict(first.batches_by_source)
+    for s, n in retry.batches_by_source.items():
+        batches_by_source[s] = batches_by_source.get(s, 0) + n
     return retry.with_copy(
+        batches_by_source=batches_by_source,
         local_end_before=first.local_end_before,
         batches=first.batches + retry.batches,
         bytes=first.bytes + retry.bytes,
@@ -281,7 +285,7 @@ def run_sync(
         topics = []
         for tr in report.topics:
             merged = tuple(
-                _merge(r, again[(r.topic, r.partition)]) if (r.topic, r.partition) in again else r
+                merge_results(r, again[(r.topic, r.partition)]) if (r.topic, r.partition) in again else r
                 for r in tr.partitions
             )
             topics.append(TopicResult(tr.topic, merged, tr.warnings))
@@ -303,7 +307,7 @@ def _run_once(
     immediate: dict[str, list[PartitionResult]] = {}
     for tp in plans:
         if tp.refused or tp.error:
-            topics.append(_whole_topic_results(tp, req))
+            topics.append(whole_topic_results(tp))
             continue
         immediate[tp.topic] = []
         for plan in tp.partitions:

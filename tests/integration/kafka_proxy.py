@@ -20,9 +20,10 @@ So tests put this proxy between partsync and the broker:
 
 Single-broker clusters only (both test brokers are single nodes): a proxy forwards every
 connection to one upstream broker, so a Metadata response listing more than one broker is
-reported in :attr:`StrictProxy.errors` and passed through unchanged. Responses that advertise
-coordinators or cluster nodes (FindCoordinator, DescribeCluster) are not rewritten either and are
-reported the same way, so a client can never silently go around the proxy.
+reported in :attr:`StrictProxy.errors` and passed through unchanged. FindCoordinator responses
+(group and transaction coordinators, since fencing) are rewritten the same way. Responses that
+advertise cluster nodes (DescribeCluster) are not rewritten and are reported the same way, so a
+client can never silently go around the proxy.
 
 Use from a test module (the fixture is found when imported into the module's namespace)::
 
@@ -60,6 +61,7 @@ with warnings.catch_warnings():
     import kafka.protocol.producer  # noqa: F401
     from kafka.protocol.api_header import ResponseClassRegistry
     from kafka.protocol.api_key import ApiKey
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
     from kafka.protocol.metadata.metadata import MetadataResponse
     from kafka.protocol.producer.produce import ProduceRequest
 
@@ -78,7 +80,8 @@ __all__ = [
 PRODUCE = 0
 METADATA = 3
 # Responses carrying broker addresses this proxy does not rewrite.
-_UNREWRITTEN_ADDRESSES = {10: "FindCoordinator", 60: "DescribeCluster"}
+FIND_COORDINATOR = 10
+_UNREWRITTEN_ADDRESSES = {60: "DescribeCluster"}
 _MAX_FRAME = 256 << 20
 
 # Record batch v2 header (see shared KAFKA-FACTS.md); parsed here independently of partsync.
@@ -368,6 +371,19 @@ def rewrite_metadata_response(
     return bytes(resp.encode(header=True)), None
 
 
+def rewrite_find_coordinator_response(
+    frame: bytes, version: int, host: str, port: int
+) -> tuple[bytes, str | None]:
+    """Advertise ``host:port`` as the coordinator (single-broker clusters)."""
+    resp = FindCoordinatorResponse.decode(frame, version=version, header=True)
+    if bytes(resp.encode(header=True)) != bytes(frame):
+        return frame, f"FindCoordinator v{version} does not re-encode to the same bytes; passed through"
+    for c in getattr(resp, "coordinators", None) or [resp]:
+        if c.error_code == 0:
+            c.host, c.port = host, port
+    return bytes(resp.encode(header=True)), None
+
+
 # -- the proxy --------------------------------------------------------------------------------
 
 
@@ -569,6 +585,11 @@ class StrictProxy:
                     self.errors.append(problem)
                 else:
                     self.metadata_rewritten += 1
+            return new
+        if api_key == FIND_COORDINATOR:
+            new, problem = rewrite_find_coordinator_response(frame, version, self.host, self.port)
+            if problem:
+                self._error(problem)
             return new
         if api_key in _UNREWRITTEN_ADDRESSES:
             self._error(

@@ -200,9 +200,10 @@ REPORT_KEYS = {"topics", "seconds", "stopped"}
 TOPIC_KEYS = {"topic", "partitions", "warnings"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
-    "batches", "bytes", "bytes_by_source", "reason",
+    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason",
 }  # fmt: skip
-STATUSES = {"in-sync", "synced", "unsafe", "error"}
+# "handed-over" came with group ownership and fencing (issue 5).
+STATUSES = {"in-sync", "synced", "unsafe", "error", "handed-over"}
 
 
 def _is_int(x: object) -> bool:
@@ -233,6 +234,8 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
             assert all(isinstance(s, str) and _is_int(n) and n > 0
                        for s, n in p["bytes_by_source"].items()), p
             assert sum(p["bytes_by_source"].values()) == p["bytes"], p
+            assert set(p["batches_by_source"]) == set(p["bytes_by_source"]), p
+            assert sum(p["batches_by_source"].values()) == p["batches"], p
             assert p["reason"] is None or (isinstance(p["reason"], str) and p["reason"]), p
             assert p["local_end_after"] >= p["local_end_before"] >= 0, p
             if p["status"] == "in-sync":
