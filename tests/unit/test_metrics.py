@@ -52,3 +52,38 @@ def test_label_values_are_escaped() -> None:
     odd = PartitionResult('we"ird\\topic', 0, Status.IN_SYNC, 1, 1, 1)
     text = render_metrics(SyncReport((TopicResult(odd.topic, (odd,)),)), 0, now=5.0)
     assert 'topic="we\\"ird\\\\topic"' in text
+
+
+def test_bytes_lag_is_estimated_from_the_bytes_per_offset_copied() -> None:
+    # 40 offsets copied for 4000 bytes (100 B/offset); 60 offsets still missing.
+    behind = PartitionResult("orders", 2, Status.ERROR, 0, 40, 100, batches=2, bytes=4000,
+                             bytes_by_source={"dc2": 4000}, batches_by_source={"dc2": 2},
+                             reason="deadline")
+    text = render_metrics(report(behind, UNSAFE), 4, now=1.0)
+    assert 'partsync_partition_lag_bytes{topic="orders",partition="2"} 6000' in text
+    assert 'partsync_copied_batches{topic="orders",partition="2",source="dc2"} 2' in text
+    # Nothing copied, nothing to estimate from: no sample rather than a made-up one.
+    assert 'partsync_partition_lag_bytes{topic="orders",partition="1"}' not in text
+
+
+def test_live_metrics_count_up_across_rounds_and_lag_follows_the_sources() -> None:
+    from partsync.metrics import LiveMetrics
+    from partsync.plan import Bounds, plan_partition
+
+    m = LiveMetrics()
+    m.set_owned([("orders", 0)])
+    m.observe_plan(plan_partition("orders", 0, Bounds(0, 10), {"dc2": Bounds(0, 110)}))
+    m.observe(SYNCED)  # 10 -> 110, 4 batches, 4096 bytes
+    m.observe(PartitionResult("orders", 0, Status.SYNCED, 110, 130, 130, batches=1, bytes=500,
+                              bytes_by_source={"dc2": 500}, batches_by_source={"dc2": 1}))
+    m.source_high_watermark("dc2", "orders", 0, 150)  # the tail saw more arrive
+    text = m.render()
+    assert 'partsync_appends_verified_total{topic="orders",partition="0"} 5' in text
+    assert 'partsync_copied_bytes_total{topic="orders",partition="0",source="dc2"} 1500' in text
+    assert 'partsync_copied_batches_total{topic="orders",partition="0",source="dc2"} 1' in text
+    assert 'partsync_partition_lag_records{topic="orders",partition="0"} 20' in text
+    assert 'partsync_partition_owned{topic="orders",partition="0"} 1' in text
+    assert 'partsync_partition_status{topic="orders",partition="0",status="synced"} 1' in text
+    assert "# TYPE partsync_copied_bytes_total counter" in text
+    lag_bytes = [l for l in text.splitlines() if l.startswith("partsync_partition_lag_bytes{")]
+    assert len(lag_bytes) == 1 and float(lag_bytes[0].split()[-1]) > 0
