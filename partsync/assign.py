@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "PROTOCOL_TYPE",
     "PROTOCOL",
+    "PROTOCOL_TYPE",
     "Subscription",
     "assign",
-    "encode_subscription",
+    "decode_assignment",
     "decode_subscription",
     "encode_assignment",
-    "decode_assignment",
+    "encode_subscription",
 ]
 
 PROTOCOL_TYPE = "partsync"

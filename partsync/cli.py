@@ -26,8 +26,9 @@ from partsync.selection import parse_partitions
 
 EXIT_CODES_HELP = """\b
 Exit codes:
-  0  every selected partition is in sync with the target it planned
-  1  any other failure (unreachable cluster, broker error); safe to rerun
+  0  every selected partition is in sync with the target it planned (or handed over to
+     another process of the job); --follow: stopped by SIGTERM/Ctrl-C
+  1  any other failure (unreachable cluster, broker error, group not joined); safe to rerun
   2  usage or configuration error
   3  at least one partition was refused as unsafe (others were still synced)
   4  sync --deadline: the run stopped before it caught up

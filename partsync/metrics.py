@@ -26,7 +26,7 @@ from typing import Any
 from partsync.plan import PartitionPlan
 from partsync.result import PartitionResult, Status, SyncReport
 
-__all__ = ["LiveMetrics", "render_metrics", "serve_metrics", "write_textfile", "read_last_success"]
+__all__ = ["LiveMetrics", "read_last_success", "render_metrics", "serve_metrics", "write_textfile"]
 
 _LAST_SUCCESS = "partsync_last_success_timestamp_seconds"
 _LINE = re.compile(
@@ -258,7 +258,7 @@ def serve_metrics(metrics: LiveMetrics, port: int, host: str = "0.0.0.0") -> htt
     """Serve ``metrics`` at http://host:port/metrics from a daemon thread; ``shutdown()`` stops."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404)
                 return
@@ -269,7 +269,7 @@ def serve_metrics(metrics: LiveMetrics, port: int, host: str = "0.0.0.0") -> htt
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not news
+        def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
             pass
 
     server = http.server.ThreadingHTTPServer((host, port), Handler)

@@ -121,7 +121,7 @@ class Tail:
         for (leader, topic), wanted in groups.items():
             conn = self._conn(leader)
             conn.send_fetch(topic, wanted, max_wait_ms=self.wait_ms, min_bytes=1)
-            sent.append((conn, topic, dict((p, o) for p, o, _ in wanted)))
+            sent.append((conn, topic, {p: o for p, o, _ in wanted}))
         stale = False
         for conn, topic, offsets in sent:
             for p, fp in conn.receive_fetch().items():
