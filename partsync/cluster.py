@@ -114,8 +114,18 @@ class Cluster:
         """A new dedicated connection to ``broker`` (for blocking calls such as JoinGroup)."""
         return self._connect(broker.host, broker.port, timeout)
 
-    def find_coordinator(self, key: str, key_type: int) -> tuple[int, BrokerInfo | None]:
-        return self._bootstrap_call(lambda c: c.find_coordinator(key, key_type))
+    def find_coordinator(self, key: str, key_type: int, *, timeout: float = 30.0) -> tuple[int, BrokerInfo | None]:
+        """(error code, coordinator) of a group or transactional id. A coordinator that is
+        loading, not available yet or moved is asked for again until ``timeout``; the last error
+        code comes back when it runs out (or at once for any other error)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            code, coord = self._bootstrap_call(lambda c: c.find_coordinator(key, key_type))
+            if not code or code not in COORDINATOR_RETRY_CODES or time.monotonic() > deadline:
+                return code, coord
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
 
     def init_producer_id(self, transactional_id: str | None, *, timeout: float = 30.0) -> tuple[int, int]:
         """A producer id and epoch; with a transactional id, from that id's transaction
@@ -127,18 +137,18 @@ class Cluster:
         if transactional_id is None:
             return self.broker_conn(self._any_broker()).init_producer_id()
         deadline = time.monotonic() + timeout
-        delay = 0.1
         while True:
-            code, coord = self.find_coordinator(transactional_id, TXN_KEY)
+            code, coord = self.find_coordinator(transactional_id, TXN_KEY,
+                                                timeout=max(0.0, deadline - time.monotonic()))
             if not code and coord is not None:
+                # The coordinator found may have moved by the time it is asked: ask again.
                 code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(transactional_id)
                 if not code:
                     return pid, epoch
             if code not in COORDINATOR_RETRY_CODES or time.monotonic() > deadline:
                 raise broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
                                    cluster=self.name)
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+            time.sleep(0.2)
 
     def _any_broker(self) -> int:
         return min(self.metadata().brokers)

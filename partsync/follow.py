@@ -27,7 +27,13 @@ from partsync.group import GroupMember
 from partsync.metrics import LiveMetrics
 from partsync.plan import Condition, PartitionPlan
 from partsync.result import PartitionResult, Status, SyncReport, TopicResult
-from partsync.sync import SyncRequest, TopicPlan, merge_results, whole_topic_results
+from partsync.sync import (
+    SyncRequest,
+    TopicPlan,
+    merge_results,
+    uncopied_result,
+    whole_topic_results,
+)
 from partsync.tail import Tail
 from partsync.task import ClusterPool, PartitionTask, refresh_plan
 
@@ -141,19 +147,12 @@ class _Worker:
                 session = open_producer(local, p0.topic, p0.partition, t.options.fencing)
                 plan = refresh_plan(t, local, sources)
         except PartsyncError as e:
-            return _result(p0).with_status(Status.ERROR, str(e), e), None
+            return uncopied_result(p0).with_status(Status.ERROR, str(e), e), None
         r.metrics_plan(plan)
-        if plan.condition is Condition.IN_SYNC:
-            return _result(plan), session
-        if plan.condition is Condition.UNSAFE:
-            return _result(plan).with_status(Status.UNSAFE, plan.reason), session
+        if plan.condition is not Condition.BEHIND:
+            return uncopied_result(plan), session
         res = copy_partition(plan, sources, local, t.options, t.rules, r.progress, self.stop, session)
         return res, (session if session is not None and session.usable else None)
-
-
-def _result(plan: PartitionPlan) -> PartitionResult:
-    return PartitionResult(plan.topic, plan.partition, Status.IN_SYNC, plan.local.end,
-                           plan.local.end, plan.target_end)
 
 
 class _Runner:
@@ -257,10 +256,8 @@ class _Runner:
             for plan in tp.partitions:
                 r = self.results.get((tp.topic, plan.partition))
                 if r is None:
-                    r = _result(plan)
-                    if plan.condition is Condition.UNSAFE:
-                        r = r.with_status(Status.UNSAFE, plan.reason)
-                    elif plan.condition is Condition.BEHIND:
+                    r = uncopied_result(plan)
+                    if plan.condition is Condition.BEHIND:
                         r = (r.with_status(Status.HANDED_OVER,
                                            f"owned by another member of group {self.opts.group!r}")
                              if self.opts.group and not self.stop.is_set()

@@ -159,14 +159,10 @@ class GroupMember:
     def _coordinator(self) -> Connection:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        deadline = time.monotonic() + self.session_timeout_ms / 1000
-        while True:
-            code, coord = self.local.find_coordinator(self.group, GROUP_KEY)
-            if not code and coord is not None:
-                break
-            if code not in COORDINATOR_RETRY_CODES or time.monotonic() > deadline:
-                raise self._fatal(code, "finding the group coordinator")
-            time.sleep(0.2)
+        code, coord = self.local.find_coordinator(self.group, GROUP_KEY,
+                                                  timeout=self.session_timeout_ms / 1000)
+        if code or coord is None:
+            raise self._fatal(code, "finding the group coordinator")
         # A connection of its own: JoinGroup blocks until every member rejoined (up to the
         # rebalance timeout), which must not hold up other requests to that broker.
         self._conn = self.local.connect_to(coord, timeout=self.rebalance_timeout_ms / 1000 + 10)

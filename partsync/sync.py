@@ -226,6 +226,14 @@ def whole_topic_results(tp: TopicPlan) -> TopicResult:
     return TopicResult(tp.topic, tuple(parts), tp.warnings)
 
 
+def uncopied_result(plan: PartitionPlan) -> PartitionResult:
+    """A partition nothing was copied for, at its planned bounds: in-sync, or unsafe with the
+    plan's reason. A behind partition gets its status from the caller (``with_status``)."""
+    status = Status.UNSAFE if plan.condition is Condition.UNSAFE else Status.IN_SYNC
+    return PartitionResult(plan.topic, plan.partition, status, plan.local.end, plan.local.end,
+                           plan.target_end, reason=plan.reason)
+
+
 def _retriable(r: PartitionResult) -> bool:
     return r.status is Status.ERROR and bool(r.error and r.error.get("retriable"))
 
@@ -315,11 +323,7 @@ def _run_once(
                 srcs = tuple(r for r in req.sources if r.name in plan.sources)
                 tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy))
             else:
-                status = Status.IN_SYNC if plan.condition is Condition.IN_SYNC else Status.UNSAFE
-                immediate[tp.topic].append(PartitionResult(
-                    tp.topic, plan.partition, status, plan.local.end, plan.local.end,
-                    plan.target_end, reason=plan.reason,
-                ))
+                immediate[tp.topic].append(uncopied_result(plan))
     results = engine.run(tasks, pool, on_result) if tasks else []
     by_topic: dict[str, list[PartitionResult]] = {t: list(r) for t, r in immediate.items()}
     for r in results:
