@@ -1,3 +1,3 @@
-from partsync.cli import main
+from partsync.ui.cli import main
 
 main()

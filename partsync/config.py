@@ -19,12 +19,12 @@ from typing import Any
 from partsync.errors import ConfigError
 
 __all__ = [
-    "Security",
+    "DEFAULT_CONFIG_NAME",
     "ClusterRef",
     "Config",
-    "load_config",
+    "Security",
     "find_config_path",
-    "DEFAULT_CONFIG_NAME",
+    "load_config",
 ]
 
 DEFAULT_CONFIG_NAME = "partsync.toml"
@@ -125,7 +125,7 @@ class Config:
             return self.resolve(ref)
         if self.local:
             return self.resolve(self.local)
-        raise ConfigError("no local cluster: pass --local or set local = \"NAME\" in the config file")
+        raise ConfigError('no local cluster: pass --local or set local = "NAME" in the config file')
 
 
 def _address(text: str, cluster: str) -> tuple[str, int]:
@@ -164,7 +164,9 @@ def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
         raise ConfigError(f"[clusters.{name}]: bootstrap_servers must list host:port addresses")
     protocol = str(table.get("security_protocol", "PLAINTEXT")).upper()
     if protocol not in _PROTOCOLS:
-        raise ConfigError(f"[clusters.{name}]: security_protocol must be one of {', '.join(_PROTOCOLS)}")
+        raise ConfigError(
+            f"[clusters.{name}]: security_protocol must be one of {', '.join(_PROTOCOLS)}"
+        )
     mechanism = table.get("sasl_mechanism")
     password = None
     if protocol.startswith("SASL"):
@@ -209,12 +211,16 @@ def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
     )
 
 
-def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+def parse_config(
+    data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None
+) -> Config:
     env = os.environ if env is None else env
     where = str(path) if path else "config"
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(unknown)} (known: clusters, local)")
+        raise ConfigError(
+            f"{where}: unknown top-level key(s) {', '.join(unknown)} (known: clusters, local)"
+        )
     tables = data.get("clusters", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")
@@ -225,7 +231,9 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
     return Config(clusters=clusters, local=local, path=path)
 
 
-def find_config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Path | None:
+def find_config_path(
+    explicit: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None
+) -> Path | None:
     """``--config`` > ``$PARTSYNC_CONFIG`` > ``./partsync.toml`` (only if it exists)."""
     env = os.environ if env is None else env
     if explicit:
@@ -236,7 +244,9 @@ def find_config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, 
     return default if default.exists() else None
 
 
-def load_config(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
     path = find_config_path(explicit, env)
     if path is None:
         return Config(clusters={})

@@ -11,19 +11,21 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "ExitStatus",
-    "PartsyncError",
-    "UsageError",
-    "ConfigError",
-    "ClusterError",
-    "BrokerError",
-    "TopicError",
-    "CorruptBatchError",
-    "UnsafeError",
-    "DivergenceError",
     "AppendMismatchError",
+    "BrokerError",
+    "Cancelled",
+    "ClusterError",
+    "ConfigError",
+    "CorruptBatchError",
+    "DivergenceError",
+    "ExitStatus",
     "FencedError",
+    "GroupError",
+    "PartsyncError",
     "StoppedError",
+    "TopicError",
+    "UnsafeError",
+    "UsageError",
 ]
 
 
@@ -58,6 +60,11 @@ class PartsyncError(Exception):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Results carry their error object across processes (Spark tasks): rebuild from the
+        # attributes, since subclasses take keyword-only fields that ``args`` does not hold.
+        return (_rebuild, (type(self), self.reason, dict(self.__dict__)))
 
     def where(self) -> str:
         parts = []
@@ -161,3 +168,19 @@ class FencedError(PartsyncError):
 class StoppedError(PartsyncError):
     """The run was asked to stop (signal, deadline, lost ownership) before catching up; what was
     appended is confirmed and kept."""
+
+
+class Cancelled(PartsyncError):
+    """A batch was dropped before it was sent because its partition had stopped."""
+
+
+class GroupError(PartsyncError):
+    """The local group cannot be used (authorization, a non-partsync group of the same name,
+    no assignment in time, ...)."""
+
+
+def _rebuild(cls: type[PartsyncError], reason: str, state: dict[str, object]) -> PartsyncError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, reason)
+    err.__dict__.update(state)
+    return err

@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from partsync._kafka import Connection
-from partsync.batch import iter_batches
-from partsync.cluster import Cluster
 from partsync.config import ClusterRef
-from partsync.records import iter_records
-from partsync.testing.brokers import Broker, start_noida, start_tansu
-from partsync.testing.data import create_topic
+from partsync.demo.brokers import Broker, start_noida, start_tansu
+from partsync.demo.data import create_topic
+from partsync.io.cluster import Cluster
+from partsync.wire.batch import iter_batches
+from partsync.wire.records import iter_records
 
 HERE = Path(__file__).resolve().parent
 CONTENDERS_DIR = HERE / "bench_contenders"
@@ -90,9 +90,30 @@ class Settings:
 # Data
 # --------------------------------------------------------------------------------------------
 
-_WORDS = ("order", "payment", "user", "session", "click", "view", "cart", "checkout", "shipment",
-          "refund", "EUR", "USD", "GBP", "mobile", "web", "ios", "android", "ok", "failed",
-          "pending", "created", "updated")
+_WORDS = (
+    "order",
+    "payment",
+    "user",
+    "session",
+    "click",
+    "view",
+    "cart",
+    "checkout",
+    "shipment",
+    "refund",
+    "EUR",
+    "USD",
+    "GBP",
+    "mobile",
+    "web",
+    "ios",
+    "android",
+    "ok",
+    "failed",
+    "pending",
+    "created",
+    "updated",
+)
 
 
 def make_corpus(n_bytes: int, seed: int) -> bytes:
@@ -103,12 +124,22 @@ def make_corpus(n_bytes: int, seed: int) -> bytes:
     parts, size = [], 0
     while size < n_bytes:
         ev = (
-            '{"id":"%016x","ts":%d,"type":"%s","user":%d,"amount":%d.%02d,"currency":"%s",'
+            '{"id":"%016x","ts":%d,"type":"%s","user":%d,"amount":%d.%02d,"currency":"%s",'  # noqa: UP031 - the bytes must stay as measured
             '"status":"%s","agent":"%s","tags":["%s","%s"],"note":"%s"}\n'
-            % (rng.getrandbits(64), 1_700_000_000_000 + rng.randrange(10**9), rng.choice(w),
-               rng.randrange(10**6), rng.randrange(10**5), rng.randrange(100), rng.choice(w[10:13]),
-               rng.choice(w[17:]), rng.choice(w[13:17]), rng.choice(w), rng.choice(w),
-               rng.randbytes(rng.randrange(0, 24)).hex())
+            % (
+                rng.getrandbits(64),
+                1_700_000_000_000 + rng.randrange(10**9),
+                rng.choice(w),
+                rng.randrange(10**6),
+                rng.randrange(10**5),
+                rng.randrange(100),
+                rng.choice(w[10:13]),
+                rng.choice(w[17:]),
+                rng.choice(w[13:17]),
+                rng.choice(w),
+                rng.choice(w),
+                rng.randbytes(rng.randrange(0, 24)).hex(),
+            )
         )
         parts.append(ev)
         size += len(ev)
@@ -129,21 +160,30 @@ def compression_ratio(codec: str, corpus: bytes) -> float:
     return 1.0
 
 
-def produce_topic(bootstrap: str, topic: str, partitions: int, codec: str, stored_bytes: float,
-                  corpus: bytes, seed: int) -> dict[str, Any]:
+def produce_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    codec: str,
+    stored_bytes: float,
+    corpus: bytes,
+    seed: int,
+) -> dict[str, Any]:
     """Produce about ``stored_bytes`` (as the broker stores them) with confluent-kafka."""
     from confluent_kafka import Producer
 
     create_topic(bootstrap, topic, partitions)
     raw_target = stored_bytes * compression_ratio(codec, corpus)
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "compression.type": codec,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "log_level": 3,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": codec,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "log_level": 3,
+        }
+    )
     errors: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -159,7 +199,10 @@ def produce_topic(bootstrap: str, topic: str, partitions: int, codec: str, store
         size = int(math.exp(rng.uniform(lo, hi)))
         at = rng.randrange(limit)
         key = b"user-%08d" % rng.randrange(10**6)
-        headers = [("trace-id", b"%032x" % rng.getrandbits(128)), ("content-type", b"application/json")]
+        headers = [
+            ("trace-id", b"%032x" % rng.getrandbits(128)),
+            ("content-type", b"application/json"),
+        ]
         value = corpus[at : at + size]
         while True:
             try:
@@ -197,7 +240,9 @@ def _ref(bootstrap: str) -> ClusterRef:
     return ClusterRef(name=bootstrap, bootstrap_servers=((host, int(port)),))
 
 
-def scan_topic(bootstrap: str, topic: str, partitions: int, *, records: bool = True) -> dict[int, PartitionScan]:
+def scan_topic(
+    bootstrap: str, topic: str, partitions: int, *, records: bool = True
+) -> dict[int, PartitionScan]:
     """Read every partition whole. The batch digest covers what a shallow copy keeps; the
     record digest every record's offset, timestamp, key, value and headers."""
     with Cluster(_ref(bootstrap), timeout=30) as cluster:
@@ -211,8 +256,13 @@ def scan_topic(bootstrap: str, topic: str, partitions: int, *, records: bool = T
                 bh, rh = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
                 offset = b.log_start
                 while offset < b.end:
-                    f = conn.fetch(topic, [(p, offset, 8 << 20)], max_wait_ms=100, min_bytes=1,
-                                   max_bytes=8 << 20)[p]
+                    f = conn.fetch(
+                        topic,
+                        [(p, offset, 8 << 20)],
+                        max_wait_ms=100,
+                        min_bytes=1,
+                        max_bytes=8 << 20,
+                    )[p]
                     if f.error_code:
                         raise RuntimeError(f"scan {topic}[{p}]@{offset}: error {f.error_code}")
                     moved = False
@@ -296,7 +346,9 @@ def run_measured(argv: list[str], *, cwd: str, timeout: float) -> Measured:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         started = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+        )
         deadline = started + timeout
         hwm_kib = 0
         status_file = f"/proc/{proc.pid}/status"
@@ -326,13 +378,39 @@ def run_measured(argv: list[str], *, cwd: str, timeout: float) -> Measured:
         )
 
 
-def contender_argv(name: str, src: str, dst: str, topic: str, ends_file: str, codec: str,
-                   extra: list[str]) -> list[str]:
+def contender_argv(
+    name: str, src: str, dst: str, topic: str, ends_file: str, codec: str, extra: list[str]
+) -> list[str]:
     if name == "partsync":
-        return [sys.executable, "-m", "partsync", "sync", "--sources", src, "--local", dst,
-                "--topic", topic, "--json", *extra]
-    return [sys.executable, str(RUNNERS[name]), "--source", src, "--dest", dst, "--topic", topic,
-            "--ends", ends_file, "--compression", codec, *extra]
+        return [
+            sys.executable,
+            "-m",
+            "partsync",
+            "sync",
+            "--sources",
+            src,
+            "--local",
+            dst,
+            "--topic",
+            topic,
+            "--json",
+            *extra,
+        ]
+    return [
+        sys.executable,
+        str(RUNNERS[name]),
+        "--source",
+        src,
+        "--dest",
+        dst,
+        "--topic",
+        topic,
+        "--ends",
+        ends_file,
+        "--compression",
+        codec,
+        *extra,
+    ]
 
 
 @dataclass
@@ -396,8 +474,15 @@ class Bench:
 
     # -- one copy --------------------------------------------------------------------------
 
-    def copy_once(self, contender: str, topic: str, codec: str, partitions: int,
-                  extra: list[str], check: bool = True) -> tuple[Measured, dict[str, Any], float, float]:
+    def copy_once(
+        self,
+        contender: str,
+        topic: str,
+        codec: str,
+        partitions: int,
+        extra: list[str],
+        check: bool = True,
+    ) -> tuple[Measured, dict[str, Any], float, float]:
         assert self.source is not None
         src_scan = self.scans[topic]
         dest = self.start_broker()
@@ -405,8 +490,15 @@ class Bench:
             create_topic(dest.bootstrap, topic, partitions, {"compression.type": "producer"})
             ends_file = self.tmp / f"ends-{topic}.json"
             ends_file.write_text(json.dumps({p: s.end for p, s in src_scan.items()}))
-            argv = contender_argv(contender, self.source.bootstrap, dest.bootstrap, topic,
-                                  str(ends_file), codec, extra)
+            argv = contender_argv(
+                contender,
+                self.source.bootstrap,
+                dest.bootstrap,
+                topic,
+                str(ends_file),
+                codec,
+                extra,
+            )
             d0, s0 = broker_cpu_s(dest), broker_cpu_s(self.source)
             m = run_measured(argv, cwd=str(self.tmp), timeout=1800)
             d1, s1 = broker_cpu_s(dest), broker_cpu_s(self.source)
@@ -417,15 +509,32 @@ class Bench:
         finally:
             self.stop_broker(dest)
 
-    def measure(self, experiment: str, contender: str, topic: str, codec: str, partitions: int,
-                variant: str = "", extra: list[str] | None = None) -> Row:
+    def measure(
+        self,
+        experiment: str,
+        contender: str,
+        topic: str,
+        codec: str,
+        partitions: int,
+        variant: str = "",
+        extra: list[str] | None = None,
+    ) -> Row:
         src = self.scans[topic]
-        row = Row(experiment, contender, topic, codec, partitions, variant,
-                  sum(s.bytes for s in src.values()), sum(s.records for s in src.values()))
+        row = Row(
+            experiment,
+            contender,
+            topic,
+            codec,
+            partitions,
+            variant,
+            sum(s.bytes for s in src.values()),
+            sum(s.records for s in src.values()),
+        )
         runs = []
         for i in range(self.s.repeat):
-            m, verdict, dest_cpu, src_cpu = self.copy_once(contender, topic, codec, partitions,
-                                                           extra or [], check=(i == 0))
+            m, verdict, dest_cpu, src_cpu = self.copy_once(
+                contender, topic, codec, partitions, extra or [], check=(i == 0)
+            )
             if m.code != 0:
                 row.code = m.code
                 row.error = (m.stderr.strip() or m.stdout.strip())[-800:]
@@ -436,9 +545,17 @@ class Bench:
                 row.batches_identical = verdict["batches_identical"]
                 row.complete = verdict["complete"]
                 row.dest_batches = verdict["dest_batches"]
-            runs.append({"wall_s": m.wall_s, "cpu_s": m.cpu_s, "user_s": m.user_s, "sys_s": m.sys_s,
-                         "peak_rss_mb": m.peak_rss_mb, "dest_broker_cpu_s": dest_cpu,
-                         "source_broker_cpu_s": src_cpu})
+            runs.append(
+                {
+                    "wall_s": m.wall_s,
+                    "cpu_s": m.cpu_s,
+                    "user_s": m.user_s,
+                    "sys_s": m.sys_s,
+                    "peak_rss_mb": m.peak_rss_mb,
+                    "dest_broker_cpu_s": dest_cpu,
+                    "source_broker_cpu_s": src_cpu,
+                }
+            )
         if runs:
             # The median run by wall time stands for the contender (noisy shared machine).
             med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
@@ -450,8 +567,12 @@ class Bench:
             row.peak_rss_mb = round(max(r["peak_rss_mb"] for r in runs), 1)
             row.dest_broker_cpu_s = round(med["dest_broker_cpu_s"], 3)
             row.source_broker_cpu_s = round(med["source_broker_cpu_s"], 3)
-            row.mb_per_s = round(row.source_bytes / MB / med["wall_s"], 2) if row.source_bytes else 0.0
-            row.cpu_s_per_gb = round(med["cpu_s"] / (row.source_bytes / GB), 2) if row.source_bytes else 0.0
+            row.mb_per_s = (
+                round(row.source_bytes / MB / med["wall_s"], 2) if row.source_bytes else 0.0
+            )
+            row.cpu_s_per_gb = (
+                round(med["cpu_s"] / (row.source_bytes / GB), 2) if row.source_bytes else 0.0
+            )
             self.log(
                 f"  {contender:<20} {topic:<16} {variant:<10} {row.wall_s:7.2f} s {row.mb_per_s:8.1f} MB/s "
                 f"{row.cpu_s_per_gb:8.1f} CPU s/GB {row.peak_rss_mb:7.0f} MB RSS "
@@ -462,15 +583,18 @@ class Bench:
 
     # -- experiments -----------------------------------------------------------------------
 
-    def prepare(self, topic: str, codec: str, partitions: int, stored: float, corpus: bytes,
-                seed: int) -> dict[str, Any]:
+    def prepare(
+        self, topic: str, codec: str, partitions: int, stored: float, corpus: bytes, seed: int
+    ) -> dict[str, Any]:
         assert self.source is not None
         info = produce_topic(self.source.bootstrap, topic, partitions, codec, stored, corpus, seed)
         t0 = time.monotonic()
         self.scans[topic] = scan_topic(self.source.bootstrap, topic, partitions)
         scan = self.scans[topic]
         info.update(
-            topic=topic, codec=codec, partitions=partitions,
+            topic=topic,
+            codec=codec,
+            partitions=partitions,
             stored_bytes=sum(s.bytes for s in scan.values()),
             batches=sum(s.batches for s in scan.values()),
             scan_s=round(time.monotonic() - t0, 2),
@@ -492,14 +616,24 @@ class Bench:
         topic = "bench-empty"
         create_topic(self.source.bootstrap, topic, self.s.partitions)
         self.scans[topic] = scan_topic(self.source.bootstrap, topic, self.s.partitions)
-        return {c: self.measure("startup", c, topic, "none", self.s.partitions)
-                for c in self.s.contenders}
+        return {
+            c: self.measure("startup", c, topic, "none", self.s.partitions)
+            for c in self.s.contenders
+        }
 
     def main_matrix(self, corpus: bytes) -> list[dict[str, Any]]:
         topics = []
         for i, codec in enumerate(CODECS):
-            topics.append(self.prepare(f"bench-{codec}", codec, self.s.partitions,
-                                       self.s.size_mb * MB, corpus, self.s.seed + i))
+            topics.append(
+                self.prepare(
+                    f"bench-{codec}",
+                    codec,
+                    self.s.partitions,
+                    self.s.size_mb * MB,
+                    corpus,
+                    self.s.seed + i,
+                )
+            )
         fixed = self.fixed_costs()
         for t in topics:
             for c in self.s.contenders:
@@ -524,9 +658,15 @@ class Bench:
         main_topic = "bench-lz4"
         if "partsync" in self.s.contenders and main_topic in self.scans:
             for budget in self.s.inflight_budgets:
-                self.measure("inflight", "partsync", main_topic, "lz4", self.s.partitions,
-                             variant=f"{budget >> 20}MiB",
-                             extra=["--max-in-flight-bytes", str(budget)])
+                self.measure(
+                    "inflight",
+                    "partsync",
+                    main_topic,
+                    "lz4",
+                    self.s.partitions,
+                    variant=f"{budget >> 20}MiB",
+                    extra=["--max-in-flight-bytes", str(budget)],
+                )
         return topics
 
     def noop(self) -> dict[str, Any]:
@@ -537,18 +677,28 @@ class Bench:
         n = self.s.noop_partitions
         topic = f"noop-p{n}"
         create_topic(self.source.bootstrap, topic, n, timeout=120)
-        producer = Producer({"bootstrap.servers": self.source.bootstrap, "linger.ms": 5,
-                             "log_level": 3})
+        producer = Producer(
+            {"bootstrap.servers": self.source.bootstrap, "linger.ms": 5, "log_level": 3}
+        )
         for p in range(n):
             producer.produce(topic, b"v" * 100, b"k%d" % p, partition=p)
         producer.flush(60)
         dest = self.start_broker()
         try:
             create_topic(dest.bootstrap, topic, n, {"compression.type": "producer"}, timeout=120)
-            argv = contender_argv("partsync", self.source.bootstrap, dest.bootstrap, topic, "", "none",
-                                  ["--parallelism", "8"])
+            argv = contender_argv(
+                "partsync",
+                self.source.bootstrap,
+                dest.bootstrap,
+                topic,
+                "",
+                "none",
+                ["--parallelism", "8"],
+            )
             first = run_measured(argv, cwd=str(self.tmp), timeout=600)
-            runs = [run_measured(argv, cwd=str(self.tmp), timeout=600) for _ in range(self.s.repeat)]
+            runs = [
+                run_measured(argv, cwd=str(self.tmp), timeout=600) for _ in range(self.s.repeat)
+            ]
             med = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
             statuses: dict[str, int] = {}
             if med.code == 0:
@@ -564,8 +714,10 @@ class Bench:
                 "noop_statuses": statuses,
                 "noop_runs_s": [round(r.wall_s, 3) for r in runs],
             }
-            self.log(f"  no-op sync of {n} in-sync partitions: {out['noop_s']:.2f} s "
-                     f"(first sync {out['first_sync_s']:.2f} s), statuses {statuses}")
+            self.log(
+                f"  no-op sync of {n} in-sync partitions: {out['noop_s']:.2f} s "
+                f"(first sync {out['first_sync_s']:.2f} s), statuses {statuses}"
+            )
             return out
         finally:
             self.stop_broker(dest)
@@ -575,12 +727,19 @@ def digest_bench(smoke: bool) -> dict[str, Any]:
     """Run scripts/bench_digest.py (another engineer's) if it exists; else report it pending."""
     if not DIGEST_BENCH.exists():
         return {"status": "pending", "note": "scripts/bench_digest.py does not exist yet"}
-    argv = [sys.executable, str(DIGEST_BENCH), "--json",
-            *(["--mib", "1", "--repeat", "1"] if smoke else [])]
+    argv = [
+        sys.executable,
+        str(DIGEST_BENCH),
+        "--json",
+        *(["--mib", "1", "--repeat", "1"] if smoke else []),
+    ]
     m = run_measured(argv, cwd=str(HERE.parent), timeout=1200)
-    res: dict[str, Any] = {"status": "ran" if m.code == 0 else "failed",
-                           "command": " ".join(["python", *argv[1:]]),
-                           "code": m.code, "wall_s": round(m.wall_s, 2)}
+    res: dict[str, Any] = {
+        "status": "ran" if m.code == 0 else "failed",
+        "command": " ".join(["python", *argv[1:]]),
+        "code": m.code,
+        "wall_s": round(m.wall_s, 2),
+    }
     try:
         res["results"] = json.loads(m.stdout)
     except ValueError:
@@ -597,7 +756,12 @@ def digest_bench(smoke: bool) -> dict[str, Any]:
 
 def _find(rows: list[Row], experiment: str, contender: str, topic: str) -> Row | None:
     for r in rows:
-        if r.experiment == experiment and r.contender == contender and r.topic == topic and r.code == 0:
+        if (
+            r.experiment == experiment
+            and r.contender == contender
+            and r.topic == topic
+            and r.code == 0
+        ):
             return r
     return None
 
@@ -616,13 +780,23 @@ def ratios(rows: list[Row]) -> dict[str, Any]:
 
         ideal = _find(rows, "main", "ideal", topic)
         entry["partsync_over_ideal_mb_s"] = ratio(ps.mb_per_s, ideal.mb_per_s if ideal else None, 3)
-        entry["partsync_over_ideal_net_mb_s"] = ratio(ps.net_mb_per_s, ideal.net_mb_per_s if ideal else None, 3)
-        entry["partsync_over_ideal_cpu_per_gb"] = ratio(ps.cpu_s_per_gb, ideal.cpu_s_per_gb if ideal else None)
-        entry["partsync_over_ideal_net_cpu_per_gb"] = ratio(ps.net_cpu_s_per_gb, ideal.net_cpu_s_per_gb if ideal else None)
+        entry["partsync_over_ideal_net_mb_s"] = ratio(
+            ps.net_mb_per_s, ideal.net_mb_per_s if ideal else None, 3
+        )
+        entry["partsync_over_ideal_cpu_per_gb"] = ratio(
+            ps.cpu_s_per_gb, ideal.cpu_s_per_gb if ideal else None
+        )
+        entry["partsync_over_ideal_net_cpu_per_gb"] = ratio(
+            ps.net_cpu_s_per_gb, ideal.net_cpu_s_per_gb if ideal else None
+        )
         for deep in ("confluent-mirror", "kafka-python-mirror"):
             d = _find(rows, "main", deep, topic)
-            entry[f"{deep}_over_partsync_cpu_per_gb"] = ratio(d.cpu_s_per_gb if d else None, ps.cpu_s_per_gb)
-            entry[f"{deep}_over_partsync_net_cpu_per_gb"] = ratio(d.net_cpu_s_per_gb if d else None, ps.net_cpu_s_per_gb)
+            entry[f"{deep}_over_partsync_cpu_per_gb"] = ratio(
+                d.cpu_s_per_gb if d else None, ps.cpu_s_per_gb
+            )
+            entry[f"{deep}_over_partsync_net_cpu_per_gb"] = ratio(
+                d.net_cpu_s_per_gb if d else None, ps.net_cpu_s_per_gb
+            )
             entry[f"partsync_over_{deep}_mb_s"] = ratio(ps.mb_per_s, d.mb_per_s if d else None)
         out[topic] = entry
     return out
@@ -634,14 +808,29 @@ def render_console(doc: dict[str, Any]) -> None:
 
     console = Console(width=230)
     table = Table(title="partsync benchmark (MB = 10^6 source bytes as stored)")
-    for col in ("experiment", "contender", "topic", "variant", "wall s", "MB/s", "CPU s/GB",
-                "net MB/s", "net CPU s/GB", "peak RSS MB", "dest broker CPU s", "offsets identical",
-                "batches identical"):
+    for col in (
+        "experiment",
+        "contender",
+        "topic",
+        "variant",
+        "wall s",
+        "MB/s",
+        "CPU s/GB",
+        "net MB/s",
+        "net CPU s/GB",
+        "peak RSS MB",
+        "dest broker CPU s",
+        "offsets identical",
+        "batches identical",
+    ):
         table.add_column(col)
     for r in doc["rows"]:
         cells = _row_cells(r)
-        table.add_row(*cells[:-2], "yes" if r["offsets_identical"] else "NO",
-                      "yes" if r["batches_identical"] else "no")
+        table.add_row(
+            *cells[:-2],
+            "yes" if r["offsets_identical"] else "NO",
+            "yes" if r["batches_identical"] else "no",
+        )
     console.print(table)
     rt = Table(title="ratios (gross = whole process; net = minus the contender's fixed cost)")
     for col in RATIO_COLUMNS:
@@ -651,16 +840,22 @@ def render_console(doc: dict[str, Any]) -> None:
     console.print(rt)
     if doc.get("noop"):
         n = doc["noop"]
-        console.print(f"no-op sync, {n['partitions']} in-sync partitions: {n['noop_s']} s "
-                      f"(first sync {n['first_sync_s']} s)")
+        console.print(
+            f"no-op sync, {n['partitions']} in-sync partitions: {n['noop_s']} s "
+            f"(first sync {n['first_sync_s']} s)"
+        )
     digest = doc.get("digest")
     if digest and digest.get("results"):
         dt = Table(title="diff digest throughput, one core (scripts/bench_digest.py)")
         for col in ("level", "codec", "stored MB/s", "records/s"):
             dt.add_column(col)
         for r in digest["results"].get("results", []):
-            dt.add_row(r["level"], r["codec"], f"{r['stored_bytes_per_s'] / MB:.0f}",
-                       f"{r['records_per_s']:.0f}")
+            dt.add_row(
+                r["level"],
+                r["codec"],
+                f"{r['stored_bytes_per_s'] / MB:.0f}",
+                f"{r['records_per_s']:.0f}",
+            )
         console.print(dt)
     elif digest:
         console.print(f"diff digest throughput: {digest['status']}")
@@ -688,22 +883,34 @@ def _row_cells(r: dict[str, Any]) -> list[str]:
     if r["code"]:
         return head + [f"failed (exit {r['code']})"] + [""] * 8
     return head + [
-        f"{r['wall_s']:.2f}", f"{r['mb_per_s']:.1f}", f"{r['cpu_s_per_gb']:.2f}",
-        _fmt(r["net_mb_per_s"], ".1f"), _fmt(r["net_cpu_s_per_gb"], ".2f"),
-        f"{r['peak_rss_mb']:.0f}", f"{r['dest_broker_cpu_s']:.2f}",
-        "yes" if r["offsets_identical"] else "no", "yes" if r["batches_identical"] else "no",
+        f"{r['wall_s']:.2f}",
+        f"{r['mb_per_s']:.1f}",
+        f"{r['cpu_s_per_gb']:.2f}",
+        _fmt(r["net_mb_per_s"], ".1f"),
+        _fmt(r["net_cpu_s_per_gb"], ".2f"),
+        f"{r['peak_rss_mb']:.0f}",
+        f"{r['dest_broker_cpu_s']:.2f}",
+        "yes" if r["offsets_identical"] else "no",
+        "yes" if r["batches_identical"] else "no",
     ]
 
 
 def markdown_tables(doc: dict[str, Any]) -> str:
-    lines = ["| experiment | contender | topic | variant | wall s | MB/s | CPU s/GB | net MB/s | "
-             "net CPU s/GB | peak RSS MB | dest broker CPU s | offsets identical | "
-             "batches identical |",
-             "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|"]
+    lines = [
+        (
+            "| experiment | contender | topic | variant | wall s | MB/s | CPU s/GB | net MB/s | "
+            "net CPU s/GB | peak RSS MB | dest broker CPU s | offsets identical | "
+            "batches identical |"
+        ),
+        "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|",
+    ]
     for r in doc["rows"]:
         lines.append("| " + " | ".join(_row_cells(r)) + " |")
-    lines += ["", "| " + " | ".join(t for t, _k in RATIO_COLUMNS) + " |",
-              "|---|" + "--:|" * (len(RATIO_COLUMNS) - 1)]
+    lines += [
+        "",
+        "| " + " | ".join(t for t, _k in RATIO_COLUMNS) + " |",
+        "|---|" + "--:|" * (len(RATIO_COLUMNS) - 1),
+    ]
     for topic, e in doc["ratios"].items():
         lines.append(f"| {topic} | " + " | ".join(str(e[k]) for _t, k in RATIO_COLUMNS[1:]) + " |")
     return "\n".join(lines) + "\n"
@@ -758,22 +965,37 @@ def settings_from(args: argparse.Namespace) -> Settings:
     contenders = tuple(c.strip() for c in args.contenders.split(",") if c.strip())
     unknown = set(contenders) - set(CONTENDERS)
     if unknown:
-        raise SystemExit(f"unknown contender(s): {', '.join(sorted(unknown))}; known: {', '.join(CONTENDERS)}")
+        raise SystemExit(
+            f"unknown contender(s): {', '.join(sorted(unknown))}; known: {', '.join(CONTENDERS)}"
+        )
     experiments = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
     unknown = set(experiments) - set(EXPERIMENTS)
     if unknown:
-        raise SystemExit(f"unknown experiment(s): {', '.join(sorted(unknown))}; known: {', '.join(EXPERIMENTS)}")
+        raise SystemExit(
+            f"unknown experiment(s): {', '.join(sorted(unknown))}; known: {', '.join(EXPERIMENTS)}"
+        )
     if args.smoke:
-        return Settings(size_mb=args.size_mb or 1, partitions=2, scale_partitions=(1, 4),
-                        scale_size_mb=1, inflight_budgets=(1 << 20, 64 << 20), noop_partitions=20,
-                        repeat=1, broker=args.broker, contenders=contenders,
-                        experiments=experiments, smoke=True)
+        return Settings(
+            size_mb=args.size_mb or 1,
+            partitions=2,
+            scale_partitions=(1, 4),
+            scale_size_mb=1,
+            inflight_budgets=(1 << 20, 64 << 20),
+            noop_partitions=20,
+            repeat=1,
+            broker=args.broker,
+            contenders=contenders,
+            experiments=experiments,
+            smoke=True,
+        )
     return Settings(
         size_mb=args.size_mb or 300,
         partitions=args.partitions,
         scale_partitions=tuple(int(x) for x in args.scale_partitions.split(",") if x),
         scale_size_mb=args.scale_size_mb,
-        inflight_budgets=tuple(int(float(x) * (1 << 20)) for x in args.inflight_mib.split(",") if x),
+        inflight_budgets=tuple(
+            int(float(x) * (1 << 20)) for x in args.inflight_mib.split(",") if x
+        ),
         noop_partitions=args.noop_partitions,
         repeat=args.repeat,
         broker=args.broker,
@@ -816,24 +1038,41 @@ def run(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=float, default=None,
-                    help="source MB (10^6 bytes, as stored) of each codec topic (default 300; smoke 1)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--size-mb",
+        type=float,
+        default=None,
+        help="source MB (10^6 bytes, as stored) of each codec topic (default 300; smoke 1)",
+    )
     ap.add_argument("--partitions", type=int, default=8, help="partitions per codec topic")
     ap.add_argument("--scale-partitions", default="1,16,128", help="partition counts for scaling")
-    ap.add_argument("--scale-size-mb", type=float, default=200, help="stored MB of each scaling topic")
-    ap.add_argument("--inflight-mib", default="1,8,64,256",
-                    help="partsync --max-in-flight-bytes values (MiB) to compare")
+    ap.add_argument(
+        "--scale-size-mb", type=float, default=200, help="stored MB of each scaling topic"
+    )
+    ap.add_argument(
+        "--inflight-mib",
+        default="1,8,64,256",
+        help="partsync --max-in-flight-bytes values (MiB) to compare",
+    )
     ap.add_argument("--noop-partitions", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="runs per measurement; the median by wall time is reported")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per measurement; the median by wall time is reported",
+    )
     ap.add_argument("--broker", choices=("tansu", "noida"), default="tansu")
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
-    ap.add_argument("--experiments", default=",".join(EXPERIMENTS),
-                    help="main: every contender on every codec topic; scaling: partition count and "
-                         "in-flight budget; noop: in-sync topic with many partitions; digest: "
-                         "scripts/bench_digest.py")
+    ap.add_argument(
+        "--experiments",
+        default=",".join(EXPERIMENTS),
+        help="main: every contender on every codec topic; scaling: partition count and "
+        "in-flight budget; noop: in-sync topic with many partitions; digest: "
+        "scripts/bench_digest.py",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the result tables as Markdown here")

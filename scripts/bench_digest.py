@@ -28,9 +28,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from partsync.batch import Batch, iter_batches
-from partsync.digest import batch_unit, iter_chunks
-from partsync.records import iter_records, records_section
+from partsync.wire.batch import Batch, iter_batches
+from partsync.wire.digest import batch_unit, iter_chunks
+from partsync.wire.records import iter_records, records_section
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BASE_TS = 1_700_000_000_000

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from partsync.testing.brokers import start_noida, start_tansu
-from partsync.testing.data import create_topic
+from partsync.demo.brokers import start_noida, start_tansu
+from partsync.demo.data import create_topic
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -35,7 +35,9 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--records", type=int, default=500)
     ap.add_argument("--rate", type=float, default=50.0, help="records per second")
     ap.add_argument("--partitions", type=int, default=4)
@@ -55,18 +57,45 @@ def main() -> int:
         create_topic(src.bootstrap, topic, a.partitions)
         create_topic(dst.bootstrap, topic, a.partitions)
         cfg = tmp / "partsync.toml"
-        cfg.write_text(f'local = "local"\n[clusters.src]\nbootstrap_servers = ["{src.bootstrap}"]\n'
-                       f'[clusters.local]\nbootstrap_servers = ["{dst.bootstrap}"]\n')
+        cfg.write_text(
+            f'local = "local"\n[clusters.src]\nbootstrap_servers = ["{src.bootstrap}"]\n'
+            f'[clusters.local]\nbootstrap_servers = ["{dst.bootstrap}"]\n'
+        )
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         follower = subprocess.Popen(
-            [sys.executable, "-m", "partsync", "--config", str(cfg), "sync", "--topic", topic,
-             "--sources", "src", "--follow", "--group", "bench", "--session-timeout", "6",
-             "--follow-wait-ms", str(a.follow_wait_ms)],
-            stdout=subprocess.DEVNULL, stderr=(tmp / "follower.log").open("w"), env=env,
+            [
+                sys.executable,
+                "-m",
+                "partsync",
+                "--config",
+                str(cfg),
+                "sync",
+                "--topic",
+                topic,
+                "--sources",
+                "src",
+                "--follow",
+                "--group",
+                "bench",
+                "--session-timeout",
+                "6",
+                "--follow-wait-ms",
+                str(a.follow_wait_ms),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp / "follower.log").open("w"),
+            env=env,
         )
-        consumer = Consumer({"bootstrap.servers": dst.bootstrap, "group.id": "bench-reader",
-                             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
-                             "enable.auto.commit": False, "log_level": 3})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": dst.bootstrap,
+                "group.id": "bench-reader",
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 10,
+                "enable.auto.commit": False,
+                "log_level": 3,
+            }
+        )
         # Assigned, not subscribed: a reader's own group join would add its rebalance delay.
         consumer.assign([TopicPartition(topic, p, 0) for p in range(a.partitions)])
         producer = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 0, "log_level": 3})
@@ -81,7 +110,9 @@ def main() -> int:
         gap = 1.0 / a.rate
         next_at = time.monotonic()
         for i in range(a.records):
-            producer.produce(topic, b"x" * 200, b"k%06d" % i, partition=i % a.partitions, on_delivery=on_delivery)
+            producer.produce(
+                topic, b"x" * 200, b"k%06d" % i, partition=i % a.partitions, on_delivery=on_delivery
+            )
             producer.poll(0)
             next_at += gap
             while time.monotonic() < next_at:
@@ -100,11 +131,21 @@ def main() -> int:
         code = follower.wait(60)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = {
-            "broker": a.broker, "records": a.records, "rate_per_s": a.rate,
-            "partitions": a.partitions, "follow_wait_ms": a.follow_wait_ms,
-            "arrived": len(lat), "follower_exit": code,
-            "latency_ms": {"p50": round(_pct(lat, 0.5), 1), "p95": round(_pct(lat, 0.95), 1),
-                           "p99": round(_pct(lat, 0.99), 1), "max": round(max(lat), 1)} if lat else None,
+            "broker": a.broker,
+            "records": a.records,
+            "rate_per_s": a.rate,
+            "partitions": a.partitions,
+            "follow_wait_ms": a.follow_wait_ms,
+            "arrived": len(lat),
+            "follower_exit": code,
+            "latency_ms": {
+                "p50": round(_pct(lat, 0.5), 1),
+                "p95": round(_pct(lat, 0.95), 1),
+                "p99": round(_pct(lat, 0.99), 1),
+                "max": round(max(lat), 1),
+            }
+            if lat
+            else None,
             "follower_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         }
         print(json.dumps(out) if a.json else json.dumps(out, indent=2))

@@ -26,8 +26,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from partsync.testing.brokers import Broker, recv_exact, start_noida, start_tansu
-from partsync.testing.data import COMPRESSIONS, Rec, create_topic, produce
+from partsync.demo.brokers import Broker, recv_exact, start_noida, start_tansu
+from partsync.demo.data import COMPRESSIONS, Rec, create_topic, produce
 
 with warnings.catch_warnings():
     # kafka-python 3.0 warns (DeprecationWarning) while loading its JSON protocol schemas.

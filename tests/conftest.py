@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from partsync.testing.brokers import Broker, start_kafka_container, start_noida, start_tansu
+from partsync.demo.brokers import Broker, start_noida, start_tansu
+from tests.support.brokers import start_kafka_container
 
 BROKER_MODE = os.environ.get("PARTSYNC_TEST_BROKER", "mixed").lower()
 _MODES = ("mixed", "tansu", "noida", "kafka")
@@ -111,6 +112,7 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,
         env=full_env,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

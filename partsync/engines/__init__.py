@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from partsync.copier import ProgressFn
+from partsync.copy.context import ProgressFn
 from partsync.errors import UsageError
-from partsync.sync import Engine
+from partsync.run.sync import Engine
 
 __all__ = ["make_engine"]
 

@@ -1,19 +1,21 @@
-"""The default engine: partition tasks on a thread pool in this process.
+"""The default engine: partition tasks on this process's ``PartitionRunner`` (threads).
 
-Each partition is one task and one writer; tasks for different partitions run concurrently
-(their work is I/O and C-level CRC/hash, so threads overlap well despite the GIL).
+The same runner serves one-shot runs, follow mode and group members; as an engine it owns every
+task it is given (no group). Tasks for different partitions run concurrently: their work is
+I/O and C-level CRC/hash, so threads overlap well despite the GIL.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from partsync.copier import ProgressFn
-from partsync.result import PartitionResult
-from partsync.sync import Engine
-from partsync.task import ClusterPool, PartitionTask, run_partition_task
+from partsync.copy.context import ProgressFn
+from partsync.io.pool import ClusterPool
+from partsync.plan.results import PartitionResult
+from partsync.run.runner import PartitionRunner, RunOptions
+from partsync.run.sync import Engine
+from partsync.run.task import PartitionTask
 
 __all__ = ["LocalEngine"]
 
@@ -37,15 +39,11 @@ class LocalEngine(Engine):
         pool: ClusterPool,
         on_result: Callable[[PartitionResult], None] | None = None,
     ) -> list[PartitionResult]:
-        results: list[PartitionResult] = []
-        with ThreadPoolExecutor(max_workers=min(self.parallelism, max(1, len(tasks))),
-                                thread_name_prefix="partsync-task") as ex:
-            futures = [
-                ex.submit(run_partition_task, t, pool, self.progress, self.stop) for t in tasks
-            ]
-            for f in as_completed(futures):
-                r = f.result()
-                results.append(r)
-                if on_result:
-                    on_result(r)
+        runner = PartitionRunner(tasks, pool, RunOptions(parallelism=self.parallelism),
+                                 stop=self.stop, progress=self.progress)  # fmt: skip
+        runner.run()
+        results = list(runner.results.values())
+        if on_result:
+            for r in results:
+                on_result(r)
         return results

@@ -18,6 +18,7 @@ Failures inside a task come back as per-partition results, not as Spark stack tr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -27,19 +28,21 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
-from partsync.diff import DiffJob, PartitionDiff, merge_slices
-from partsync.errors import UsageError
-from partsync.result import PartitionResult, Status
-from partsync.sync import Engine
-from partsync.task import ClusterPool, PartitionTask, run_partition_task
+from partsync.copy.context import ProgressFn
+from partsync.errors import PartsyncError, UsageError
+from partsync.io.pool import ClusterPool
+from partsync.plan.diff_model import PartitionDiff, common_range, merge_slices
+from partsync.plan.results import PartitionResult, Status
+from partsync.run.diff import DiffJob
+from partsync.run.sync import Engine
+from partsync.run.task import PartitionTask, run_partition_task
 
 try:
-    from pyspark import TaskContext
     from pyspark.sql import SparkSession
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(f"PySpark is not installed ({e})") from e
 
-__all__ = ["SparkEngine", "spark_session", "FaultInjection", "slice_jobs"]
+__all__ = ["SparkEngine", "slice_jobs", "spark_session"]
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,9 @@ def spark_session(master: str | None = None, app_name: str = "partsync") -> Any:
         builder = SparkSession.builder.appName(app_name)
         if master:
             builder = builder.master(master)
-        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        elif not os.environ.get("SPARK_MASTER") and "spark.master" not in os.environ.get(
+            "PYSPARK_SUBMIT_ARGS", ""
+        ):
             builder = builder.master("local[*]")
         quiet = f"-Dlog4j2.configurationFile={_log4j_config()}"
         builder = (
@@ -82,54 +87,45 @@ def spark_session(master: str | None = None, app_name: str = "partsync") -> Any:
         return session
 
 
-class FaultInjection:
-    """Test hook: make the first attempt of one partition's task crash mid-copy.
-
-    The executor's Python worker exits abruptly after ``after_batches`` appends were confirmed,
-    as a killed executor would; Spark then retries the task. Only used by the test suite.
-    """
-
-    def __init__(self, topic: str, partition: int, after_batches: int, every_attempt: bool = False) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.after_batches = after_batches
-        self.every_attempt = every_attempt
-
-    def progress_for(self, task: PartitionTask) -> Callable[[str, int, int, int], None] | None:
-        ctx = TaskContext.get()
-        if ctx is None or task.key != (self.topic, self.partition):
-            return None
-        if ctx.attemptNumber() > 0 and not self.every_attempt:
-            return None
-        seen = [0]
-
-        def progress(topic: str, partition: int, nbytes: int, next_offset: int) -> None:
-            seen[0] += 1
-            if seen[0] >= self.after_batches:
-                os._exit(17)
-
-        return progress
+ProgressFactory = Callable[[PartitionTask], "ProgressFn | None"]
 
 
-def _run_tasks(tasks: Iterator[PartitionTask], fault: FaultInjection | None) -> Iterator[PartitionResult]:
+def _run_tasks(
+    tasks: Iterator[PartitionTask], progress_for: ProgressFactory | None
+) -> Iterator[PartitionResult]:
     for task in tasks:
-        progress = fault.progress_for(task) if fault else None
+        progress = progress_for(task) if progress_for else None
         try:
             yield run_partition_task(task, None, progress)
-        except Exception as e:  # a bug: still report it as this partition's result
+        except Exception as e:  # noqa: BLE001 - a bug: still report it as this partition's result
             p = task.plan
-            yield PartitionResult(p.topic, p.partition, Status.ERROR, p.local.end, p.local.end,
-                                  p.target_end, reason=f"task crashed: {e!r}")
+            yield PartitionResult(
+                p.topic,
+                p.partition,
+                Status.ERROR,
+                p.local.end,
+                p.local.end,
+                p.target_end,
+                reason=f"task crashed: {e!r}",
+                error=PartsyncError(f"task crashed: {e!r}"),
+            )
 
 
 class SparkEngine(Engine):
     name = "spark"
 
-    def __init__(self, master: str | None = None, parallelism: int = 8,
-                 fault: FaultInjection | None = None, max_task_failures: int = 4) -> None:
+    def __init__(
+        self,
+        master: str | None = None,
+        parallelism: int = 8,
+        progress_for: ProgressFactory | None = None,
+        max_task_failures: int = 4,
+    ) -> None:
+        """``progress_for(task)`` runs on the executor and gives the task's progress callback
+        (it is shipped to the executors, so it must pickle)."""
         self.master = master
         self.parallelism = parallelism
-        self.fault = fault
+        self.progress_for = progress_for
         self.max_task_failures = max_task_failures
 
     def session(self) -> Any:
@@ -148,19 +144,28 @@ class SparkEngine(Engine):
         if not tasks:
             return []
         sc = self.session().sparkContext
-        fault = self.fault
+        progress_for = self.progress_for
         rdd = sc.parallelize(list(tasks), numSlices=len(tasks))
         started = time.monotonic()
         try:
-            results: list[PartitionResult] = rdd.mapPartitions(lambda it: _run_tasks(it, fault)).collect()
-        except Exception as e:
+            results: list[PartitionResult] = rdd.mapPartitions(
+                lambda it: _run_tasks(it, progress_for)
+            ).collect()
+        except Exception as e:  # noqa: BLE001 - Spark's errors: reported per partition
             # The job itself failed (e.g. a task exhausted its attempts): report every partition
             # as failed with Spark's reason, not a stack trace.
             reason = str(e).strip().splitlines()[0][:500] if str(e).strip() else repr(e)
             results = [
-                PartitionResult(t.plan.topic, t.plan.partition, Status.ERROR, t.plan.local.end,
-                                t.plan.local.end, t.plan.target_end,
-                                reason=f"Spark job failed: {reason}")
+                PartitionResult(
+                    t.plan.topic,
+                    t.plan.partition,
+                    Status.ERROR,
+                    t.plan.local.end,
+                    t.plan.local.end,
+                    t.plan.target_end,
+                    reason=f"Spark job failed: {reason}",
+                    error=PartsyncError(f"Spark job failed: {reason}"),
+                )
                 for t in tasks
             ]
         log.info("spark job with %d task(s) took %.2fs", len(tasks), time.monotonic() - started)
@@ -169,8 +174,10 @@ class SparkEngine(Engine):
                 on_result(r)
         return results
 
-    def diff_runner(self, slice_offsets: int | None = None) -> Callable[[Sequence[DiffJob]], list[PartitionDiff]]:
-        """A runner for ``partsync.diff.diff_topics``: every partition's common range is cut into
+    def diff_runner(
+        self, slice_offsets: int | None = None
+    ) -> Callable[[Sequence[DiffJob]], list[PartitionDiff]]:
+        """A runner for ``partsync.run.diff.diff_topics``: every partition's common range is cut into
         slices (whole multiples of the digest chunk), one Spark task per slice reads and digests
         its offsets on every cluster, and the driver merges the slices of each partition."""
 
@@ -182,9 +189,11 @@ class SparkEngine(Engine):
             rdd = sc.parallelize(list(enumerate(sliced)), numSlices=len(sliced))
             try:
                 done = dict(rdd.map(lambda item: (item[0], item[1].run())).collect())
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - Spark's errors: reported per slice
                 reason = str(e).strip().splitlines()[0][:500] if str(e).strip() else repr(e)
-                done = {i: j.run_failed(f"Spark job failed: {reason}") for i, j in enumerate(sliced)}
+                done = {
+                    i: j.run_failed(f"Spark job failed: {reason}") for i, j in enumerate(sliced)
+                }
             by_partition: dict[tuple[str, int], list[PartitionDiff]] = {}
             for i, j in enumerate(sliced):
                 by_partition.setdefault((j.topic, j.partition), []).append(done[i])
@@ -195,10 +204,6 @@ class SparkEngine(Engine):
 
 def slice_jobs(jobs: Sequence[DiffJob], slice_offsets: int | None) -> list[DiffJob]:
     """Cut each job's common range into ``within`` slices aligned to the digest chunk grid."""
-    import dataclasses
-
-    from partsync.diff import common_range
-
     out: list[DiffJob] = []
     for job in jobs:
         step = slice_offsets or job.options.chunk_offsets * 4
@@ -211,6 +216,10 @@ def slice_jobs(jobs: Sequence[DiffJob], slice_offsets: int | None) -> list[DiffJ
         while start < hi:
             # Slice ends sit on multiples of the chunk size so chunk digests line up.
             end = min(hi, (start // step + 1) * step)
-            out.append(dataclasses.replace(job, options=dataclasses.replace(job.options, within=(start, end))))
+            out.append(
+                dataclasses.replace(
+                    job, options=dataclasses.replace(job.options, within=(start, end))
+                )
+            )
             start = end
     return out

@@ -32,10 +32,18 @@ def parse_args(description: str, argv: list[str] | None = None) -> Job:
     ap.add_argument("--dest", required=True, help="destination bootstrap host:port")
     ap.add_argument("--topic", required=True)
     ap.add_argument("--ends", required=True, help="JSON file {partition: end offset}")
-    ap.add_argument("--compression", default="none",
-                    help="codec a deep mirror recompresses with (the source topic's codec)")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="runner-specific tuning knob (integers)")
+    ap.add_argument(
+        "--compression",
+        default="none",
+        help="codec a deep mirror recompresses with (the source topic's codec)",
+    )
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runner-specific tuning knob (integers)",
+    )
     a = ap.parse_args(argv)
     with open(a.ends) as f:
         ends = {int(p): int(e) for p, e in json.load(f).items()}

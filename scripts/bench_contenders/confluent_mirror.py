@@ -18,22 +18,26 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 
 def mirror(job: Job) -> int:
-    consumer = Consumer({
-        "bootstrap.servers": job.source,
-        "group.id": "bench-confluent-mirror",  # required by librdkafka; nothing is committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": False,
-        "auto.offset.reset": "earliest",
-        "log_level": 3,
-    })
-    producer = Producer({
-        "bootstrap.servers": job.dest,
-        "compression.type": job.compression,
-        "enable.idempotence": True,
-        "acks": "all",
-        "log_level": 3,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": job.source,
+            "group.id": "bench-confluent-mirror",  # required by librdkafka; nothing is committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": job.dest,
+            "compression.type": job.compression,
+            "enable.idempotence": True,
+            "acks": "all",
+            "log_level": 3,
+        }
+    )
     errors: list[str] = []
 
     def on_delivery(err: object, msg: object) -> None:
@@ -51,7 +55,11 @@ def mirror(job: Job) -> int:
                 if err is not None:
                     raise KafkaException(err)
                 p = msg.partition()
-                kwargs = {"partition": p, "timestamp": msg.timestamp()[1], "on_delivery": on_delivery}
+                kwargs = {
+                    "partition": p,
+                    "timestamp": msg.timestamp()[1],
+                    "on_delivery": on_delivery,
+                }
                 headers = msg.headers()
                 if headers:
                     kwargs["headers"] = headers

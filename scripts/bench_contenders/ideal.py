@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Job, host_port, parse_args, report
 
 from partsync._kafka import Connection, error_name
-from partsync.batch import iter_batches, rewrite_for_append
+from partsync.wire.batch import iter_batches, rewrite_for_append
 
 IN_FLIGHT = 5  # Produce requests in flight: the broker dedupes over the last 5 per partition
 _END = object()
@@ -46,7 +46,9 @@ class IdealCopy:
         self.dst = Connection(*host_port(job.dest), cluster="dest", client_id="bench-ideal")
         self.producer_id, self.epoch = producer
         self.parts = parts
-        self.queues: dict[int, collections.deque[bytearray]] = {p: collections.deque() for p in self.parts}
+        self.queues: dict[int, collections.deque[bytearray]] = {
+            p: collections.deque() for p in self.parts
+        }
         self.buffered = dict.fromkeys(self.parts, 0)
         self.cv = threading.Condition()
         self.fetch_done = False
@@ -76,10 +78,18 @@ class IdealCopy:
                         self.cv.wait()
                     if self.error is not None:
                         return
-                    wanted = [(p, offsets[p], self.partition_fetch_bytes) for p in sorted(active)
-                              if self.buffered[p] < self.partition_buffer]
-                fetched = self.src.fetch(self.job.topic, wanted, max_wait_ms=500, min_bytes=1,
-                                         max_bytes=self.fetch_max_bytes)
+                    wanted = [
+                        (p, offsets[p], self.partition_fetch_bytes)
+                        for p in sorted(active)
+                        if self.buffered[p] < self.partition_buffer
+                    ]
+                fetched = self.src.fetch(
+                    self.job.topic,
+                    wanted,
+                    max_wait_ms=500,
+                    min_bytes=1,
+                    max_bytes=self.fetch_max_bytes,
+                )
                 ready: dict[int, list[bytearray]] = {}
                 for p, f in fetched.items():
                     if f.error_code:
@@ -100,7 +110,7 @@ class IdealCopy:
                         self.queues[p].extend(batches)
                         self.buffered[p] += sum(len(b) for b in batches)
                     self.cv.notify_all()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.fail(e)
         finally:
             with self.cv:
@@ -122,7 +132,7 @@ class IdealCopy:
                     if r is None or r.error_code:
                         code = r.error_code if r else -1
                         raise RuntimeError(f"produce to partition {p}: {error_name(code)}")
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.fail(e)
             slots.release()
 
@@ -130,8 +140,9 @@ class IdealCopy:
         fetcher = threading.Thread(target=self.fetch_loop, name="fetch", daemon=True)
         inflight: queue.Queue[object] = queue.Queue()
         slots = threading.Semaphore(IN_FLIGHT)
-        receiver = threading.Thread(target=self.receive_loop, args=(inflight, slots),
-                                    name="receive", daemon=True)
+        receiver = threading.Thread(
+            target=self.receive_loop, args=(inflight, slots), name="receive", daemon=True
+        )
         fetcher.start()
         receiver.start()
         turn = 0
@@ -141,7 +152,9 @@ class IdealCopy:
                 request: dict[int, bytearray] = {}
                 size = 0
                 with self.cv:
-                    while self.error is None and not self.fetch_done and not any(self.queues.values()):
+                    while (
+                        self.error is None and not self.fetch_done and not any(self.queues.values())
+                    ):
                         self.cv.wait()
                     if self.error is not None:
                         break
@@ -173,7 +186,7 @@ class IdealCopy:
     def run_safe(self) -> None:
         try:
             self.run()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.fail(e)
         finally:
             self.src.close()
@@ -187,7 +200,9 @@ def main() -> None:
     with Connection(*host_port(job.dest), cluster="dest", client_id="bench-ideal") as conn:
         producer = conn.init_producer_id()  # sequences are per partition: lanes share the id
     lanes = [IdealCopy(job, parts[i::n_lanes], producer) for i in range(n_lanes)]
-    threads = [threading.Thread(target=lane.run_safe, name=f"lane-{i}") for i, lane in enumerate(lanes)]
+    threads = [
+        threading.Thread(target=lane.run_safe, name=f"lane-{i}") for i, lane in enumerate(lanes)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -54,8 +54,14 @@ def mirror(job: Job) -> int:
                 p = tp.partition
                 end = job.ends[p]
                 for r in records:
-                    send(job.topic, value=r.value, key=r.key, headers=list(r.headers),
-                         partition=p, timestamp_ms=r.timestamp).add_errback(errors.append)
+                    send(
+                        job.topic,
+                        value=r.value,
+                        key=r.key,
+                        headers=list(r.headers),
+                        partition=p,
+                        timestamp_ms=r.timestamp,
+                    ).add_errback(errors.append)
                     count += 1
                     if r.offset + 1 >= end:
                         remaining.discard(p)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from partsync.testing.brokers import Broker
+from partsync.demo.brokers import Broker
 from tests.conftest import CliResult
 from tests.integration.sync_support import Clusters, write_config
 

@@ -45,7 +45,7 @@ from collections import Counter, namedtuple
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace, TracebackType
-from typing import Any
+from typing import Any, Self
 
 import crc32c
 import pytest
@@ -377,7 +377,10 @@ def rewrite_find_coordinator_response(
     """Advertise ``host:port`` as the coordinator (single-broker clusters)."""
     resp = FindCoordinatorResponse.decode(frame, version=version, header=True)
     if bytes(resp.encode(header=True)) != bytes(frame):
-        return frame, f"FindCoordinator v{version} does not re-encode to the same bytes; passed through"
+        return (
+            frame,
+            f"FindCoordinator v{version} does not re-encode to the same bytes; passed through",
+        )
     for c in getattr(resp, "coordinators", None) or [resp]:
         if c.error_code == 0:
             c.host, c.port = host, port
@@ -656,7 +659,7 @@ class StrictProxy:
         for link in links:
             link.close()
 
-    def __enter__(self) -> StrictProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

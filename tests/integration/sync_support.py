@@ -1,7 +1,7 @@
 """Helpers for the sync integration tests: named clusters, report checks, independent reads,
 and raw record batches for the cases no well-behaved client produces.
 
-Results are checked with ordinary Kafka clients (``partsync.testing.data``); partsync's own
+Results are checked with ordinary Kafka clients (``partsync.demo.data``); partsync's own
 ``Cluster`` is only used to read partition bounds (it copes with Tansu's ListOffsets quirk) and
 its ``Connection`` to put hand-built batches on a source.
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from partsync._kafka import Connection, ProducedPartition
-from partsync.batch import CRC_OFFSET, Batch, compute_crc, iter_batches, rewrite_for_append
-from partsync.cluster import Cluster
 from partsync.config import ClusterRef
-from partsync.plan import Bounds
-from partsync.testing.brokers import Broker
-from partsync.testing.data import Rec, consume_all, make_records
+from partsync.demo.brokers import Broker
+from partsync.demo.data import Rec, consume_all, make_records
+from partsync.io.cluster import Cluster
+from partsync.plan.comparator import Bounds
+from partsync.wire.batch import CRC_OFFSET, Batch, compute_crc, iter_batches, rewrite_for_append
 
 # --------------------------------------------------------------------------------------------
 # Named clusters
@@ -138,7 +138,8 @@ def records(
     out = make_records(n, seed=seed, partition=partition, **kw)
     if kafka_python:
         out = [
-            r if r.key is not None or r.value is not None
+            r
+            if r.key is not None or r.value is not None
             else Rec(b"tombstone-key", None, r.headers, r.timestamp_ms, r.partition)
             for r in out
         ]
@@ -149,18 +150,26 @@ def produce_transactional(bootstrap: str, topic: str, partition: int, recs: Iter
     """Produce ``recs`` in one committed transaction with confluent-kafka."""
     from confluent_kafka import Producer
 
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "transactional.id": f"partsync-test-{topic}-{partition}",
-        "log_level": 3,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"partsync-test-{topic}-{partition}",
+            "log_level": 3,
+        }
+    )
     try:
         producer.init_transactions(15)
         producer.begin_transaction()
         for r in recs:
             headers: Any = r.headers or None
-            producer.produce(topic, key=r.key, value=r.value, headers=headers,
-                             timestamp=r.timestamp_ms or 0, partition=partition)
+            producer.produce(
+                topic,
+                key=r.key,
+                value=r.value,
+                headers=headers,
+                timestamp=r.timestamp_ms or 0,
+                partition=partition,
+            )
         producer.commit_transaction(15)
     finally:
         close = getattr(producer, "close", None)
@@ -226,13 +235,20 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
         assert isinstance(t["partitions"], list) and t["partitions"]
         for p in t["partitions"]:
             assert isinstance(p, dict) and set(p) == PARTITION_KEYS, p
-            for k in ("partition", "local_end_before", "local_end_after", "target_end",
-                      "batches", "bytes"):
+            for k in (
+                "partition",
+                "local_end_before",
+                "local_end_after",
+                "target_end",
+                "batches",
+                "bytes",
+            ):
                 assert _is_int(p[k]), (k, p)
             assert p["status"] in STATUSES, p
             assert isinstance(p["bytes_by_source"], dict), p
-            assert all(isinstance(s, str) and _is_int(n) and n > 0
-                       for s, n in p["bytes_by_source"].items()), p
+            assert all(
+                isinstance(s, str) and _is_int(n) and n > 0 for s, n in p["bytes_by_source"].items()
+            ), p
             assert sum(p["bytes_by_source"].values()) == p["bytes"], p
             assert set(p["batches_by_source"]) == set(p["bytes_by_source"]), p
             assert sum(p["batches_by_source"].values()) == p["batches"], p
@@ -368,8 +384,10 @@ def fetch_batches(broker: Broker, topic: str, partition: int, start: int = 0) ->
             got = f[partition]
             assert got.error_code == 0, got
             # Parse copies, so the batches outlive the response buffer.
-            batches = [Batch.parse(memoryview(bytes(b.data)))
-                       for b in iter_batches(got.records, start=offset)]
+            batches = [
+                Batch.parse(memoryview(bytes(b.data)))
+                for b in iter_batches(got.records, start=offset)
+            ]
             out.extend(batches)
             if batches:
                 offset = batches[-1].next_offset
@@ -389,7 +407,6 @@ def append_copies(src: Broker, dst: Broker, topic: str, partition: int, start: i
         assert landed == b.base_offset, f"batch {b.base_offset} landed at {landed}"
         end = b.next_offset
     return end
-
 
 
 def _stored_form(b: Batch) -> tuple[bytes, bytes, bytes]:

@@ -18,17 +18,34 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTENDERS = {"partsync", "ideal", "confluent-mirror", "kafka-python-mirror"}
-NUMERIC = ("wall_s", "mb_per_s", "cpu_s", "cpu_s_per_gb", "peak_rss_mb", "dest_broker_cpu_s",
-           "source_broker_cpu_s")
+NUMERIC = (
+    "wall_s",
+    "mb_per_s",
+    "cpu_s",
+    "cpu_s_per_gb",
+    "peak_rss_mb",
+    "dest_broker_cpu_s",
+    "source_broker_cpu_s",
+)
 
 
 def test_bench_smoke_runs_every_contender(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
     proc = subprocess.run(  # noqa: PLW1510 (the exit code is asserted below)
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke", "--json", str(out),
-         "--markdown", str(md)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--smoke",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())

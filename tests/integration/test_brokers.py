@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from partsync.testing import brokers
-from partsync.testing.brokers import Broker, BrokerStartError, kafka_ping, start_broker
-from partsync.testing.data import (
+from partsync.demo import brokers
+from partsync.demo.brokers import Broker, BrokerStartError, kafka_ping
+from partsync.demo.data import (
     assert_partitions_identical,
     consume_all,
     create_topic,
     make_records,
     produce,
-    produce_kafka_python,
 )
+from tests.support.brokers import start_broker, start_kafka_container
+from tests.support.data import produce_kafka_python
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +157,7 @@ def _docker_available() -> bool:
 @pytest.mark.docker
 @pytest.mark.skipif(not _docker_available(), reason="no Docker daemon")
 def test_apache_kafka_container() -> None:
-    with brokers.start_kafka_container() as b:
+    with start_kafka_container() as b:
         topic = _topic()
         create_topic(b.bootstrap, topic, 1)
         recs = make_records(10, seed=2)

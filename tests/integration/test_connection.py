@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from partsync._kafka import Connection
-from partsync.cluster import Cluster
 from partsync.config import Config
-from partsync.testing import data
+from partsync.demo import data
+from partsync.io.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,9 @@ def test_concurrent_fetches_on_one_shared_connection_get_their_own_answers(sourc
     parts = 4
     data.create_topic(source_a.bootstrap, topic, parts)
     for p in range(parts):
-        data.produce(source_a.bootstrap, topic, data.make_records(50 * (p + 1), seed=p, partition=p))
+        data.produce(
+            source_a.bootstrap, topic, data.make_records(50 * (p + 1), seed=p, partition=p)
+        )
     wrong: list[tuple[int, object]] = []
     with Connection(source_a.host, source_a.port, cluster="a") as conn:
 

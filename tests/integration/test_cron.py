@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from partsync.testing import data
+from partsync.demo import data
 
 pytestmark = pytest.mark.integration
 
@@ -17,13 +18,27 @@ def _fill(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         data.produce(bootstrap, topic, data.make_records(n, seed=p, partition=p), compression="lz4")
 
 
-def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(cli, source_a, local_broker, topic) -> None:
+def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(
+    cli, source_a, local_broker, topic
+) -> None:
     # About 1 MB throttled to 100 kB/s needs ~10 s; the deadline stops it after 1.5 s, however
     # fast the machine is (the throttle wait is interrupted by the stop).
     _fill(source_a.bootstrap, topic, 3, 3000)
-    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-              local_broker.bootstrap, "--create-missing", "--max-bytes-per-sec", "100000",
-              "--deadline", "1.5", "--json")
+    res = cli(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_broker.bootstrap,
+        "--create-missing",
+        "--max-bytes-per-sec",
+        "100000",
+        "--deadline",
+        "1.5",
+        "--json",
+    )
     assert res.code == 4, (res.code, res.stderr)
     doc = res.json
     assert doc["stopped"] == "deadline"
@@ -31,44 +46,74 @@ def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(cli, source_a, 
     assert any(p["status"] == "error" for p in parts)
     assert all(p["status"] in ("synced", "error") for p in parts)
     # Whatever was written is a verified prefix: the rerun completes and everything is identical.
-    again = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-                local_broker.bootstrap, "--json")
+    again = cli(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_broker.bootstrap,
+        "--json",
+    )
     assert again.code == 0, again.stderr
     data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 3)
 
 
-def test_metrics_file_written_atomically_with_per_partition_series(cli, source_a, local_broker, topic,
-                                                                   tmp_path: Path) -> None:
+def test_metrics_file_written_atomically_with_per_partition_series(
+    cli, source_a, local_broker, topic, tmp_path: Path
+) -> None:
     _fill(source_a.bootstrap, topic, 2, 300)
     prom = tmp_path / "partsync.prom"
-    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-              local_broker.bootstrap, "--create-missing", "--json", "--metrics-file", str(prom))
+    res = cli(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_broker.bootstrap,
+        "--create-missing",
+        "--json",
+        "--metrics-file",
+        str(prom),
+    )
     assert res.code == 0, res.stderr
-    text = prom.read_text()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(prom.read_text())
+        for s in family.samples
+    }
     for p in res.json["topics"][0]["partitions"]:
-        labels = f'topic="{topic}",partition="{p["partition"]}"'
-        assert f"partsync_appends_verified{{{labels}}} {p['batches']}" in text
-        assert f"partsync_partition_lag_records{{{labels}}} 0" in text
-        assert f"partsync_last_success_timestamp_seconds{{{labels}}}" in text
-        src = f'{labels},source="{source_a.bootstrap}"'
-        assert f"partsync_copied_bytes{{{src}}} {p['bytes']}" in text
-    assert "partsync_run_exit_code 0" in text
+        labels = (("partition", str(p["partition"])), ("topic", topic))
+        assert samples[("partsync_appends_verified", labels)] == p["batches"]
+        assert samples[("partsync_partition_lag_records", labels)] == 0
+        assert samples[("partsync_last_success_timestamp_seconds", labels)] > 1.7e9
+        src = tuple(sorted((*labels, ("source", source_a.bootstrap))))
+        assert samples[("partsync_copied_bytes", src)] == p["bytes"]
+    assert samples[("partsync_run_exit_code", ())] == 0
     assert sorted(x.name for x in tmp_path.iterdir()) == ["partsync.prom"]
 
 
 def test_throttle_caps_the_rate_by_the_limiters_accounting(source_a, local_broker, topic) -> None:
     from partsync.config import Config
-    from partsync.copier import CopyOptions
+    from partsync.copy.options import CopyOptions
+    from partsync.copy.throttle import limiter_for
     from partsync.engines.local import LocalEngine
-    from partsync.sync import SyncRequest, run_sync
-    from partsync.task import ClusterPool
-    from partsync.throttle import limiter_for
+    from partsync.io.pool import ClusterPool
+    from partsync.run.planner import SyncRequest
+    from partsync.run.sync import run_sync
 
     _fill(source_a.bootstrap, topic, 3, 3000)
     rate = 150_000 + (hash(topic) % 1000)  # a rate no other test uses: a fresh limiter
     cfg = Config(clusters={})
-    req = SyncRequest((topic,), (cfg.resolve(source_a.bootstrap),), cfg.resolve(local_broker.bootstrap),
-                      create_missing=True, options=CopyOptions(max_bytes_per_sec=rate))
+    req = SyncRequest(
+        (topic,),
+        (cfg.resolve(source_a.bootstrap),),
+        cfg.resolve(local_broker.bootstrap),
+        create_missing=True,
+        options=CopyOptions(max_bytes_per_sec=rate),
+    )
     with ClusterPool() as pool:
         report = run_sync(req, LocalEngine(), pool)
     assert report.exit_status == 0

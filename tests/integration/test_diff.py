@@ -15,21 +15,15 @@ import pytest
 
 from partsync._kafka import Connection
 from partsync.config import ClusterRef
-from partsync.diff import (
-    DiffOptions,
-    DiffReport,
-    DiffRequest,
-    DiffStatus,
-    Level,
-    diff_partition,
-    diff_topics,
-)
+from partsync.demo.brokers import Broker, free_port
+from partsync.demo.data import COMPRESSIONS, create_topic, make_records, produce
 from partsync.engines.local import LocalEngine
 from partsync.errors import ExitStatus
-from partsync.sync import SyncRequest, run_sync
-from partsync.task import ClusterPool
-from partsync.testing.brokers import Broker, free_port
-from partsync.testing.data import COMPRESSIONS, create_topic, make_records, produce
+from partsync.io.pool import ClusterPool
+from partsync.plan.diff_model import DiffOptions, DiffReport, DiffRequest, DiffStatus, Level
+from partsync.run.diff import diff_partition, diff_topics
+from partsync.run.planner import SyncRequest
+from partsync.run.sync import run_sync
 from tests.conftest import CliResult
 from tests.unit import diffkit
 

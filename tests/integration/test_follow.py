@@ -29,12 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from partsync.cluster import Cluster
-from partsync.copier import CopyOptions, copy_partition, open_producer
-from partsync.plan import plan_partition
-from partsync.result import Status
-from partsync.testing.brokers import Broker, free_port
-from partsync.testing.data import assert_partitions_identical, create_topic, make_records, produce
+from partsync.copy.options import CopyOptions
+from partsync.copy.partition import copy_partition
+from partsync.copy.producer import open_producer
+from partsync.demo.brokers import Broker, free_port
+from partsync.demo.data import assert_partitions_identical, create_topic, make_records, produce
+from partsync.errors import FencedError
+from partsync.io.cluster import Cluster
+from partsync.plan.comparator import plan_partition
+from partsync.plan.results import Status
 from tests.conftest import _ROLES, BROKER_MODE, CliResult
 from tests.integration.sync_support import _ref, by_partition, check_report, ends, write_config
 
@@ -58,8 +61,13 @@ def config(tmp_path: Path, source_a: Broker, group_local: Broker) -> Path:
 
 def _fill(broker: Broker, topic: str, n: int, seed: int) -> None:
     for p in range(PARTITIONS):
-        produce(broker.bootstrap, topic, make_records(n, seed=seed * 100 + p, partition=p),
-                compression="lz4", batch_size=4096)
+        produce(
+            broker.bootstrap,
+            topic,
+            make_records(n, seed=seed * 100 + p, partition=p),
+            compression="lz4",
+            batch_size=4096,
+        )
 
 
 # -- follower processes -------------------------------------------------------------------
@@ -89,8 +97,11 @@ class Follower:
             m = self.scrape()
         except OSError:
             return set()
-        return {int(dict(lb)["partition"]) for (name, lb), v in m.items()
-                if name == "partsync_partition_owned" and v == 1}
+        return {
+            int(dict(lb)["partition"])
+            for (name, lb), v in m.items()
+            if name == "partsync_partition_owned" and v == 1
+        }
 
     def stderr(self) -> str:
         if not self._err.closed:
@@ -106,7 +117,7 @@ class Follower:
             self._err.close()
 
 
-_SAMPLE = re.compile(r'^(?P<name>[a-z_]+)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$')
+_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -131,7 +142,9 @@ def followers(tmp_path: Path) -> Iterator[list[Follower]]:
             f.stop(signal.SIGKILL)
 
 
-def _wait(what: str, cond: Callable[[], bool], timeout: float, diag: Callable[[], str] = str) -> None:
+def _wait(
+    what: str, cond: Callable[[], bool], timeout: float, diag: Callable[[], str] = str
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -149,8 +162,13 @@ def _split(fs: list[Follower]) -> bool:
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_followers_split_a_topic_and_take_over_after_kill_9(
-    n: int, config: Path, source_a: Broker, group_local: Broker, topic: str,
-    followers: list[Follower], tmp_path: Path,
+    n: int,
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
 ) -> None:
     create_topic(source_a.bootstrap, topic, PARTITIONS)
     create_topic(group_local.bootstrap, topic, PARTITIONS)
@@ -160,29 +178,54 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
         followers.append(Follower(config, topic, group, tmp_path / f"follower{i}.log"))
 
     def diag() -> str:
-        return "\n".join(f"--- follower {i} owns {f.owned()}:\n{f.stderr()[-3000:]}"
-                         for i, f in enumerate(followers))
+        return "\n".join(
+            f"--- follower {i} owns {f.owned()}:\n{f.stderr()[-3000:]}"
+            for i, f in enumerate(followers)
+        )
 
     _wait(f"{n} followers to split {PARTITIONS} partitions", lambda: _split(followers), 90, diag)
     src_ends = ends(source_a, topic, PARTITIONS)
-    _wait("the followers to catch up", lambda: ends(group_local, topic, PARTITIONS) == src_ends, 60, diag)
+    _wait(
+        "the followers to catch up",
+        lambda: ends(group_local, topic, PARTITIONS) == src_ends,
+        60,
+        diag,
+    )
 
     # New data while everyone runs is tailed (no rerun needed).
     _fill(source_a, topic, 200, seed=2)
     src_ends = ends(source_a, topic, PARTITIONS)
-    _wait("the followers to tail new data", lambda: ends(group_local, topic, PARTITIONS) == src_ends, 60, diag)
+    _wait(
+        "the followers to tail new data",
+        lambda: ends(group_local, topic, PARTITIONS) == src_ends,
+        60,
+        diag,
+    )
 
     victim = followers[0]
     lost = victim.owned()
     assert victim.stop(signal.SIGKILL) == -signal.SIGKILL
     _fill(source_a, topic, 200, seed=3)  # lands while the victim's partitions have no owner
     survivors = followers[1:]
-    _wait("the survivors to take the killed follower's partitions", lambda: _split(survivors), 90, diag)
+    _wait(
+        "the survivors to take the killed follower's partitions",
+        lambda: _split(survivors),
+        90,
+        diag,
+    )
     assert lost <= set().union(*(f.owned() for f in survivors))
     src_ends = ends(source_a, topic, PARTITIONS)
-    _wait("the survivors to catch up", lambda: ends(group_local, topic, PARTITIONS) == src_ends, 60, diag)
+    _wait(
+        "the survivors to catch up",
+        lambda: ends(group_local, topic, PARTITIONS) == src_ends,
+        60,
+        diag,
+    )
 
-    assert assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, PARTITIONS) == 700 * PARTITIONS
+    assert (
+        assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, PARTITIONS)
+        == 700 * PARTITIONS
+    )
 
     # The metrics a survivor serves agree with what happened.
     m = survivors[0].scrape()
@@ -191,18 +234,33 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
         lp = frozenset({("topic", topic), ("partition", str(p))})
         assert m[("partsync_partition_lag_records", lp)] == 0
         assert m[("partsync_partition_local_end_offset", lp)] == src_ends[p]
-        status = [dict(lb)["status"] for (name, lb), v in m.items()
-                  if name == "partsync_partition_status" and lp <= lb and v == 1]
+        status = [
+            dict(lb)["status"]
+            for (name, lb), v in m.items()
+            if name == "partsync_partition_status" and lp <= lb and v == 1
+        ]
         assert status in (["in-sync"], ["synced"]), status
         assert m[("partsync_last_success_timestamp_seconds", lp)] > time.time() - 120
     names = {name for name, _ in m}
-    for family in ("partsync_copied_bytes_total", "partsync_copied_batches_total",
-                   "partsync_appends_verified_total", "partsync_partition_lag_bytes",
-                   "partsync_group_generation", "partsync_group_rebalances_total"):
+    for family in (
+        "partsync_copied_bytes_total",
+        "partsync_copied_batches_total",
+        "partsync_appends_verified_total",
+        "partsync_partition_lag_bytes",
+        "partsync_group_generation",
+        "partsync_group_rebalances_total",
+    ):
         assert family in names, family
-    copied = {dict(lb)["partition"]: v for (name, lb), v in m.items() if name == "partsync_copied_batches_total"}
-    verified = {dict(lb)["partition"]: v for (name, lb), v in m.items()
-                if name == "partsync_appends_verified_total" and v}
+    copied = {
+        dict(lb)["partition"]: v
+        for (name, lb), v in m.items()
+        if name == "partsync_copied_batches_total"
+    }
+    verified = {
+        dict(lb)["partition"]: v
+        for (name, lb), v in m.items()
+        if name == "partsync_appends_verified_total" and v
+    }
     assert copied == verified and sum(verified.values()) > 0
 
     # SIGTERM: in-flight appends confirmed, group left, exit 0.
@@ -213,25 +271,54 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
 
 
 def test_overlapping_one_shot_runs_split_the_work(
-    config: Path, source_a: Broker, group_local: Broker, topic: str,
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
 ) -> None:
     partitions = 4
     create_topic(source_a.bootstrap, topic, partitions)
     create_topic(group_local.bootstrap, topic, partitions)
     for p in range(partitions):
-        produce(source_a.bootstrap, topic, make_records(1500, seed=p, partition=p), compression="lz4")
+        produce(
+            source_a.bootstrap, topic, make_records(1500, seed=p, partition=p), compression="lz4"
+        )
     # Throttled so the first run is still copying when the second starts.
-    argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic", topic,
-            "--sources", "a", "--group", f"cron-{topic}", "--session-timeout", SESSION_S,
-            "--max-bytes-per-sec", "120000", "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--group",
+        f"cron-{topic}",
+        "--session-timeout",
+        SESSION_S,
+        "--max-bytes-per-sec",
+        "120000",
+        "--json",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
-    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    _wait("the first run to start writing",
-          lambda: sum(ends(group_local, topic, partitions).values()) > 0 or first.poll() is not None, 60)
+    first = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    _wait(
+        "the first run to start writing",
+        lambda: sum(ends(group_local, topic, partitions).values()) > 0 or first.poll() is not None,
+        60,
+    )
     assert first.poll() is None, "the first run finished before the second started: no overlap"
     second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     out, err = first.communicate(timeout=300)
-    runs = [CliResult(first.returncode, out, err), CliResult(second.returncode, second.stdout, second.stderr)]
+    runs = [
+        CliResult(first.returncode, out, err),
+        CliResult(second.returncode, second.stdout, second.stderr),
+    ]
     for r in runs:
         assert r.code == 0, r.stderr[-3000:]
         check_report(r.json)
@@ -256,19 +343,30 @@ def test_overlapping_one_shot_runs_split_the_work(
 
 def test_a_fenced_writer_stops_at_once(clusters, topic: str) -> None:
     if BROKER_MODE == "kafka":
-        pytest.skip("Apache Kafka's partition leader learns a bumped epoch from the new owner's "
-                    "first append; this test bumps without appending (Tansu and noida fence at once)")
+        pytest.skip(
+            "Apache Kafka's partition leader learns a bumped epoch from the new owner's "
+            "first append; this test bumps without appending (Tansu and noida fence at once)"
+        )
     src, dst = clusters["a"], clusters["local"]
     create_topic(src.bootstrap, topic, 1)
     create_topic(dst.bootstrap, topic, 1)
-    produce(src.bootstrap, topic, make_records(3000, seed=7, partition=0), compression="lz4", batch_size=2048)
+    produce(
+        src.bootstrap,
+        topic,
+        make_records(3000, seed=7, partition=0),
+        compression="lz4",
+        batch_size=2048,
+    )
     with Cluster(_ref(src)) as source, Cluster(_ref(dst)) as local:
-        plan = plan_partition(topic, 0, local.bounds(topic, [0])[0], {"a": source.bounds(topic, [0])[0]})
+        plan = plan_partition(
+            topic, 0, local.bounds(topic, [0])[0], {"a": source.bounds(topic, [0])[0]}
+        )
         # Throttled, so the copy is still appending when the new owner shows up.
         opts = CopyOptions(max_bytes_per_sec=100_000)
         out = {}
-        t = threading.Thread(target=lambda: out.setdefault(
-            "r", copy_partition(plan, {"a": source}, local, opts)))
+        t = threading.Thread(
+            target=lambda: out.setdefault("r", copy_partition(plan, {"a": source}, local, opts))
+        )
         t.start()
         _wait("the first appends", lambda: ends(dst, topic, 1)[0] > 0, 30)
         with Cluster(_ref(dst)) as newer:
@@ -277,7 +375,7 @@ def test_a_fenced_writer_stops_at_once(clusters, topic: str) -> None:
         assert not t.is_alive()
     r = out["r"]
     assert r.status is Status.HANDED_OVER, r
-    assert r.error and r.error["error"] == "FencedError" and r.error["partition"] == 0, r.error
+    assert isinstance(r.error, FencedError) and r.error.partition == 0, r.error
     assert r.local_end_after < plan.target_end  # it stopped instead of finishing
     # It stopped writing at once: the local end is exactly where its verified appends ended.
     time.sleep(1)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from partsync.testing.data import assert_partitions_identical, create_topic, produce
+from partsync.demo.data import assert_partitions_identical, create_topic, produce
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
     CONTROL_ATTRIBUTES,
@@ -105,7 +105,9 @@ def test_partition_count_differs_from_local(clusters: Clusters, psync: Run, topi
     assert plan.code == 3 and "partition counts differ" in plan.json["topics"][0]["refused"]
 
 
-def test_partition_count_differs_between_sources(clusters: Clusters, psync: Run, topic: str) -> None:
+def test_partition_count_differs_between_sources(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
     create_topic(clusters.bootstrap("a"), topic, 2)
     create_topic(clusters.bootstrap("b"), topic, 3)
     create_topic(clusters.bootstrap("local"), topic, 2)
@@ -150,8 +152,9 @@ def test_local_topic_with_log_append_time(clusters: Clusters, psync: Run, topic:
     r = _sync(psync, topic)
 
     for p in range(2):
-        _refused(r, topic, p, 0, "message.timestamp.type=LogAppendTime", "cluster local",
-                 "offset 0")
+        _refused(
+            r, topic, p, 0, "message.timestamp.type=LogAppendTime", "cluster local", "offset 0"
+        )
     assert ends(clusters["local"], topic, 2) == {0: 0, 1: 0}
 
 
@@ -225,8 +228,9 @@ def test_source_log_start_beyond_local_end_served_by_another_source(
     assert psync("sync", "--topic", topic, "--sources", "a", "--local", "b").code == 0
     delete_records(b, topic, 0, 250)
 
-    plan = check_plan(psync("plan", "--topic", topic, "--sources", "b,a", "--json",
-                            "--chunk-offsets", "100").json)[(topic, 0)]
+    plan = check_plan(
+        psync("plan", "--topic", topic, "--sources", "b,a", "--json", "--chunk-offsets", "100").json
+    )[(topic, 0)]
     assert plan["sources"]["b"]["log_start"] == 250
     assert all(x["source"] == "a" for x in plan["ranges"] if x["start"] < 250)
     r = _sync(psync, topic, "b,a", "--chunk-offsets", "100")
@@ -301,9 +305,14 @@ def test_control_batch_at_the_next_offset(clusters: Clusters, psync: Run, topic:
     create_topic(clusters.bootstrap("local"), topic, 1)
     produce(a, topic, records(30, seed=1), partition=0)
     commit_marker = raw_record(0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")
-    res = try_produce_raw(clusters["a"], topic, 0,
-                          raw_batch([commit_marker], 0, attributes=CONTROL_ATTRIBUTES,
-                                    producer_id=4242, producer_epoch=0))
+    res = try_produce_raw(
+        clusters["a"],
+        topic,
+        0,
+        raw_batch(
+            [commit_marker], 0, attributes=CONTROL_ATTRIBUTES, producer_id=4242, producer_epoch=0
+        ),
+    )
     # Kafka refuses a client's control batch; of the test brokers only Tansu stores one.
     if res.error_code or not any(b.is_control for b in fetch_batches(clusters["a"], topic, 0)):
         pytest.skip(f"{clusters.kind('a')} does not store a control batch from a client ({res})")
@@ -321,12 +330,22 @@ def test_transactional_batch(clusters: Clusters, psync: Run, topic: str, source:
     produce(bootstrap, topic, records(50, seed=1), partition=0)
     produce_transactional(bootstrap, topic, 0, records(5, seed=2))
     produce(bootstrap, topic, records(50, seed=3), partition=0)
-    kinds = [(b.base_offset, b.is_transactional, b.is_control)
-             for b in fetch_batches(clusters[source], topic, 0)]
+    kinds = [
+        (b.base_offset, b.is_transactional, b.is_control)
+        for b in fetch_batches(clusters[source], topic, 0)
+    ]
     assert (50, True, False) in kinds and (55, True, True) in kinds, kinds
 
-    _stop_then_refuse(clusters, psync, topic, source, 50,
-                      f"cluster {source}", "offset 50", "transactional batch 50..54")
+    _stop_then_refuse(
+        clusters,
+        psync,
+        topic,
+        source,
+        50,
+        f"cluster {source}",
+        "offset 50",
+        "transactional batch 50..54",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,7 +367,9 @@ def test_sources_with_different_histories(clusters: Clusters, psync: Run, topic:
     assert ends(clusters["local"], topic, 1) == {0: 0}
 
 
-def test_sources_that_diverge_after_a_common_prefix(clusters: Clusters, psync: Run, topic: str) -> None:
+def test_sources_that_diverge_after_a_common_prefix(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
     a, b, local = (clusters.bootstrap(n) for n in ("a", "b", "local"))
     for bootstrap in (a, b, local):
         create_topic(bootstrap, topic, 1)
@@ -389,7 +410,8 @@ def test_sources_that_disagree_in_the_middle_are_never_mixed(
     end = ends(clusters["local"], topic, 1)[0]
     assert e["local_end_after"] == end < 300
     got = consumed(local, topic, 0)
-    prefixes = {n: [x for x in consumed(clusters.bootstrap(n), topic, 0) if x[0] < end]
-                for n in ("a", "b")}
+    prefixes = {
+        n: [x for x in consumed(clusters.bootstrap(n), topic, 0) if x[0] < end] for n in ("a", "b")
+    }
     assert got in prefixes.values(), "the local log mixes the two sources"
     assert end < 200, "copied past the range where the sources disagree"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from partsync.testing.data import assert_partitions_identical, create_topic, produce
+from partsync.demo.data import assert_partitions_identical, create_topic, produce
 from tests.conftest import CliResult
 from tests.integration.sync_support import Clusters, by_partition, ends, fetch_batches, records
 
@@ -40,8 +40,11 @@ def _source_topic(clusters: Clusters, topic: str) -> dict[int, int]:
     a = clusters.bootstrap("a")
     create_topic(a, topic, PARTITIONS)
     create_topic(clusters.bootstrap("local"), topic, PARTITIONS)
-    recs = [r for p in range(PARTITIONS)
-            for r in records(BATCHES_PER_PARTITION, seed=p, partition=p, value_size=200)]
+    recs = [
+        r
+        for p in range(PARTITIONS)
+        for r in records(BATCHES_PER_PARTITION, seed=p, partition=p, value_size=200)
+    ]
     # batch.size 1 and no linger: librdkafka sends every record as a batch of its own.
     produce(a, topic, recs, compression="lz4", batch_size=1, linger_ms=0)
     target = ends(clusters["a"], topic, PARTITIONS)
@@ -91,8 +94,10 @@ def test_resume_after_kill_9(clusters: Clusters, psync: Run, topic: str) -> None
         if any(0 < after_kill[p] < target[p] for p in target):
             break
     else:
-        pytest.skip(f"no kill landed inside a partition's copy in {ATTEMPTS} attempts "
-                    f"(last local ends {after_kill} of {target})")
+        pytest.skip(
+            f"no kill landed inside a partition's copy in {ATTEMPTS} attempts "
+            f"(last local ends {after_kill} of {target})"
+        )
     assert all(0 <= after_kill[p] <= target[p] for p in target)
 
     r = psync("sync", "--topic", name, "--sources", "a", "--json", *NO_GROUP)
@@ -106,7 +111,13 @@ def test_resume_after_kill_9(clusters: Clusters, psync: Run, topic: str) -> None
         rest = [b for b in fetch_batches(clusters["a"], name, p) if b.base_offset >= after_kill[p]]
         assert e["batches"] == len(rest), (p, e)
         assert e["status"] == ("in-sync" if after_kill[p] == target[p] else "synced")
-    assert assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"),
-                                       name, PARTITIONS) == PARTITIONS * BATCHES_PER_PARTITION
+    assert (
+        assert_partitions_identical(
+            clusters.bootstrap("a"), clusters.bootstrap("local"), name, PARTITIONS
+        )
+        == PARTITIONS * BATCHES_PER_PARTITION
+    )
     again = psync("sync", "--topic", name, "--sources", "a", "--json", *NO_GROUP)
-    assert again.code == 0 and {e["status"] for e in by_partition(again.json, name).values()} == {"in-sync"}
+    assert again.code == 0 and {e["status"] for e in by_partition(again.json, name).values()} == {
+        "in-sync"
+    }

@@ -7,15 +7,17 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from partsync.config import ClusterRef, Config  # noqa: E402
-from partsync.engines.local import LocalEngine  # noqa: E402
-from partsync.engines.spark import FaultInjection, SparkEngine  # noqa: E402
-from partsync.plan import PlanPolicy  # noqa: E402
-from partsync.result import Status  # noqa: E402
-from partsync.sync import SyncRequest, run_sync  # noqa: E402
-from partsync.task import ClusterPool  # noqa: E402
-from partsync.testing import data  # noqa: E402
-from partsync.testing.brokers import Broker  # noqa: E402
+from partsync.config import ClusterRef, Config
+from partsync.demo import data
+from partsync.demo.brokers import Broker
+from partsync.engines.local import LocalEngine
+from partsync.engines.spark import SparkEngine
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import PlanPolicy
+from partsync.plan.results import Status
+from partsync.run.planner import SyncRequest
+from partsync.run.sync import run_sync
+from tests.support.faults import FaultInjection
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -46,20 +48,35 @@ def _fill(bootstrap: str, topic: str, partitions: int, n: int, compression: str)
 
 
 def _request(topics: tuple[str, ...], source: Broker, local: Broker) -> SyncRequest:
-    return SyncRequest(topics, (ref(source),), ref(local), create_missing=True,
-                       policy=PlanPolicy(chunk_offsets=700))
+    return SyncRequest(
+        topics,
+        (ref(source),),
+        ref(local),
+        create_missing=True,
+        policy=PlanPolicy(chunk_offsets=700),
+    )
 
 
 def _shape(report) -> list[tuple]:
     return [
-        (t.topic, p.partition, p.status.value, p.local_end_before, p.local_end_after,
-         p.target_end, p.batches, p.bytes)
-        for t in report.topics for p in sorted(t.partitions, key=lambda r: r.partition)
+        (
+            t.topic,
+            p.partition,
+            p.status.value,
+            p.local_end_before,
+            p.local_end_after,
+            p.target_end,
+            p.batches,
+            p.bytes,
+        )
+        for t in report.topics
+        for p in sorted(t.partitions, key=lambda r: r.partition)
     ]
 
 
-def test_spark_and_local_engines_give_identical_results(spark_engine, source_a, local_broker,
-                                                       second_local, topic) -> None:
+def test_spark_and_local_engines_give_identical_results(
+    spark_engine, source_a, local_broker, second_local, topic
+) -> None:
     topics = (f"{topic}-x", f"{topic}-y")
     _fill(source_a.bootstrap, topics[0], 3, 1500, "lz4")
     _fill(source_a.bootstrap, topics[1], 2, 1200, "zstd")
@@ -73,7 +90,9 @@ def test_spark_and_local_engines_give_identical_results(spark_engine, source_a, 
     assert _shape(spark_report) == _shape(local_report)
     # Same JSON document shape whichever engine ran.
     assert spark_report.to_dict().keys() == local_report.to_dict().keys()
-    assert [t.to_dict().keys() for t in spark_report.topics] == [t.to_dict().keys() for t in local_report.topics]
+    assert [t.to_dict().keys() for t in spark_report.topics] == [
+        t.to_dict().keys() for t in local_report.topics
+    ]
     for t, parts in ((topics[0], 3), (topics[1], 2)):
         data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, t, parts)
         data.assert_partitions_identical(source_a.bootstrap, second_local.bootstrap, t, parts)
@@ -83,13 +102,20 @@ def test_spark_and_local_engines_give_identical_results(spark_engine, source_a, 
     assert {p.status for p in again.all_partitions()} == {Status.IN_SYNC}
 
 
-def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(source_a, local_broker, topic) -> None:
+def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(
+    source_a, local_broker, topic
+) -> None:
     _fill(source_a.bootstrap, topic, 2, 4000, "none")
     # The first attempt of partition 0's task kills its Python worker after 3 confirmed appends;
     # Spark retries the task, which must resume from the local log end.
-    engine = SparkEngine(master=MASTER, fault=FaultInjection(topic, 0, after_batches=3))
-    req = SyncRequest((topic,), (ref(source_a),), ref(local_broker), create_missing=True,
-                      policy=PlanPolicy(chunk_offsets=500))
+    engine = SparkEngine(master=MASTER, progress_for=FaultInjection(topic, 0, after_batches=3))
+    req = SyncRequest(
+        (topic,),
+        (ref(source_a),),
+        ref(local_broker),
+        create_missing=True,
+        policy=PlanPolicy(chunk_offsets=500),
+    )
     with ClusterPool() as pool:
         report = run_sync(req, engine, pool, retries=0)
     by_part = {p.partition: p for p in report.all_partitions()}
@@ -102,12 +128,21 @@ def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(source_
     data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 2)
 
 
-def test_task_that_keeps_failing_comes_back_as_partition_errors(source_a, local_broker, topic) -> None:
+def test_task_that_keeps_failing_comes_back_as_partition_errors(
+    source_a, local_broker, topic
+) -> None:
     # Enough batches (~60) that four killed attempts cannot finish the partition between them.
     _fill(source_a.bootstrap, topic, 1, 40000, "none")
-    engine = SparkEngine(master=MASTER, fault=FaultInjection(topic, 0, after_batches=2, every_attempt=True))
-    req = SyncRequest((topic,), (ref(source_a),), ref(local_broker), create_missing=True,
-                      policy=PlanPolicy(chunk_offsets=500))
+    engine = SparkEngine(
+        master=MASTER, progress_for=FaultInjection(topic, 0, after_batches=2, every_attempt=True)
+    )
+    req = SyncRequest(
+        (topic,),
+        (ref(source_a),),
+        ref(local_broker),
+        create_missing=True,
+        policy=PlanPolicy(chunk_offsets=500),
+    )
     with ClusterPool() as pool:
         report = run_sync(req, engine, pool, retries=0)
     (result,) = report.all_partitions()
@@ -125,9 +160,21 @@ def test_task_that_keeps_failing_comes_back_as_partition_errors(source_a, local_
 
 def test_cli_engine_spark(cli, source_a, local_broker, topic) -> None:
     _fill(source_a.bootstrap, topic, 2, 300, "gzip")
-    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-              local_broker.bootstrap, "--create-missing", "--engine", "spark",
-              "--spark-master", MASTER, "--json")
+    res = cli(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_broker.bootstrap,
+        "--create-missing",
+        "--engine",
+        "spark",
+        "--spark-master",
+        MASTER,
+        "--json",
+    )
     assert res.code == 0, res.stderr
     doc = res.json
     assert [p["status"] for p in doc["topics"][0]["partitions"]] == ["synced", "synced"]
@@ -142,14 +189,22 @@ def test_cli_engine_spark(cli, source_a, local_broker, topic) -> None:
 
 def _diff_shape(report) -> list[tuple]:
     return [
-        (p["partition"], p["status"], p["common_range"], p["first_divergent_offset"],
-         p["disagreeing"], p["lag"])
-        for t in report.to_dict()["topics"] for p in t["partitions"]
+        (
+            p["partition"],
+            p["status"],
+            p["common_range"],
+            p["first_divergent_offset"],
+            p["disagreeing"],
+            p["lag"],
+        )
+        for t in report.to_dict()["topics"]
+        for p in t["partitions"]
     ]
 
 
 def test_spark_diff_matches_local_diff(spark_engine, source_a, local_broker, topic) -> None:
-    from partsync.diff import DiffOptions, DiffRequest, Level, diff_topics
+    from partsync.plan.diff_model import DiffOptions, DiffRequest, Level
+    from partsync.run.diff import diff_topics
     from tests.integration.test_diff import batches_of, put_batches
     from tests.unit import diffkit
 
@@ -163,8 +218,10 @@ def test_spark_diff_matches_local_diff(spark_engine, source_a, local_broker, top
         put_batches(b, topic, batches_of(recs, [100] * 30, "lz4"), partition=0)
         put_batches(b, topic, batches_of(part1, [100] * 30, "lz4"), partition=1)
 
-    clusters = (ClusterRef("dc1", ((source_a.host, source_a.port),)),
-                ClusterRef("dc2", ((local_broker.host, local_broker.port),)))
+    clusters = (
+        ClusterRef("dc1", ((source_a.host, source_a.port),)),
+        ClusterRef("dc2", ((local_broker.host, local_broker.port),)),
+    )
     for level in (Level.BATCH, Level.RECORD):
         req = DiffRequest((topic,), clusters, None, DiffOptions(level=level, chunk_offsets=250))
         with ClusterPool() as pool:
@@ -181,12 +238,34 @@ def test_spark_diff_matches_local_diff(spark_engine, source_a, local_broker, top
 
 def test_cli_diff_engine_spark(cli, source_a, local_broker, topic) -> None:
     _fill(source_a.bootstrap, topic, 2, 500, "zstd")
-    res = cli("sync", "--topic", topic, "--sources", source_a.bootstrap, "--local",
-              local_broker.bootstrap, "--create-missing", "--json")
+    res = cli(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_broker.bootstrap,
+        "--create-missing",
+        "--json",
+    )
     assert res.code == 0, res.stderr
-    res = cli("diff", "--topic", topic, "--clusters", f"{source_a.bootstrap},{local_broker.bootstrap}",
-              "--engine", "spark", "--spark-master", MASTER, "--slice-offsets", "200",
-              "--chunk-offsets", "100", "--json")
+    res = cli(
+        "diff",
+        "--topic",
+        topic,
+        "--clusters",
+        f"{source_a.bootstrap},{local_broker.bootstrap}",
+        "--engine",
+        "spark",
+        "--spark-master",
+        MASTER,
+        "--slice-offsets",
+        "200",
+        "--chunk-offsets",
+        "100",
+        "--json",
+    )
     assert res.code == 0, res.stderr
     parts = res.json["topics"][0]["partitions"]
     assert [p["status"] for p in parts] == ["identical", "identical"]

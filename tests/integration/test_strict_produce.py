@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import crc32c
 import pytest
 
-from partsync.testing.brokers import Broker
-from partsync.testing.data import (
+from partsync.demo.brokers import Broker
+from partsync.demo.data import (
     COMPRESSIONS,
     assert_partitions_identical,
     create_topic,
@@ -140,56 +140,56 @@ def test_checker_accepts_a_good_request(version: int, codec: str) -> None:
 
 BAD_CASES = {
     "two-batches-in-one-partition": (
-        dict(partitions={0: batch(2) + batch(3), 1: batch(2)}),
+        {"partitions": {0: batch(2) + batch(3), 1: batch(2)}},
         [("batch-count", 0)],
     ),
-    "base-offset-5": (dict(partitions={0: batch(2, base_offset=5)}), [("base-offset", 0)]),
+    "base-offset-5": ({"partitions": {0: batch(2, base_offset=5)}}, [("base-offset", 0)]),
     "bad-crc": (
-        dict(partitions={0: batch(2)[:-1] + bytes([batch(2)[-1] ^ 0xFF])}),
+        {"partitions": {0: batch(2)[:-1] + bytes([batch(2)[-1] ^ 0xFF])}},
         [("crc", 0)],
     ),
     "crc-not-updated-after-attribute-change": (
-        dict(partitions={2: with_attributes(batch(2), 0x08, fix_crc=False)}),
+        {"partitions": {2: with_attributes(batch(2), 0x08, fix_crc=False)}},
         [("crc", 2)],
     ),
-    "holey-batch": (dict(partitions={0: batch(offsets=[0, 2, 3])}), [("offset-delta", 0)]),
+    "holey-batch": ({"partitions": {0: batch(offsets=[0, 2, 3])}}, [("offset-delta", 0)]),
     "control-batch": (
-        dict(
-            partitions={0: with_attributes(batch(1, transactional=True), 0x20)},
-            transactional_id="tx",
-        ),
+        {
+            "partitions": {0: with_attributes(batch(1, transactional=True), 0x20)},
+            "transactional_id": "tx",
+        },
         [("control", 0)],
     ),
     "transactional-without-transactional-id": (
-        dict(partitions={0: batch(2, transactional=True)}),
+        {"partitions": {0: batch(2, transactional=True)}},
         [("transactional", 0)],
     ),
-    "acks-1": (dict(partitions={0: batch(2)}, acks=1), [("acks", None)]),
+    "acks-1": ({"partitions": {0: batch(2)}, "acks": 1}, [("acks", None)]),
     "magic-1": (
-        dict(partitions={0: batch(2)[:16] + b"\x01" + batch(2)[17:]}),
+        {"partitions": {0: batch(2)[:16] + b"\x01" + batch(2)[17:]}},
         [("magic", 0)],
     ),
-    "unknown-codec": (dict(partitions={0: with_attributes(batch(2), 0x07)}), [("codec", 0)]),
+    "unknown-codec": ({"partitions": {0: with_attributes(batch(2), 0x07)}}, [("codec", 0)]),
     "idempotent-without-sequence": (
-        dict(partitions={0: batch(2, producer=(7, 0, -1))}),
+        {"partitions": {0: batch(2, producer=(7, 0, -1))}},
         [("sequence", 0)],
     ),
-    "empty-records": (dict(partitions={0: b""}), [("batch-count", 0)]),
-    "null-records": (dict(partitions={0: None}), [("batch-count", 0)]),
+    "empty-records": ({"partitions": {0: b""}}, [("batch-count", 0)]),
+    "null-records": ({"partitions": {0: None}}, [("batch-count", 0)]),
     "truncated-batch": (
-        dict(partitions={0: batch(3)[:-10]}),
+        {"partitions": {0: batch(3)[:-10]}},
         [("batch-count", 0), ("framing", 0)],
     ),
-    "trailing-garbage": (dict(partitions={0: batch(3) + b"\x00" * 20}), [("framing", 0)]),
+    "trailing-garbage": ({"partitions": {0: batch(3) + b"\x00" * 20}}, [("framing", 0)]),
     "everything-at-once": (
-        dict(
-            partitions={
+        {
+            "partitions": {
                 0: batch(2) + batch(2, base_offset=2),
                 1: batch(offsets=[0, 5], base_offset=9),
                 2: with_attributes(batch(1, transactional=True), 0x20),
             },
-            acks=0,
-        ),
+            "acks": 0,
+        },
         [
             ("acks", None),
             ("base-offset", 0),

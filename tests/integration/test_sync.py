@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from partsync.testing.brokers import free_port
-from partsync.testing.data import (
+from partsync.demo.brokers import free_port
+from partsync.demo.data import (
     COMPRESSIONS,
     assert_partitions_identical,
     create_topic,
     produce,
-    produce_kafka_python,
 )
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
@@ -35,6 +34,7 @@ from tests.integration.sync_support import (
     topic_configs,
     topic_partitions,
 )
+from tests.support.data import produce_kafka_python
 
 pytestmark = pytest.mark.integration
 
@@ -55,11 +55,18 @@ def _produce_history(
 ) -> None:
     """``n`` records per partition on source a, in batches of a few dozen records."""
     for p in range(partitions):
-        produce(clusters.bootstrap("a"), topic, records(n, seed=p, partition=p),
-                compression=compression, batch_size=4096)
+        produce(
+            clusters.bootstrap("a"),
+            topic,
+            records(n, seed=p, partition=p),
+            compression=compression,
+            batch_size=4096,
+        )
 
 
-def _two_sources(clusters: Clusters, psync: Run, topic: str, partitions: int) -> tuple[dict[int, int], dict[int, int]]:
+def _two_sources(
+    clusters: Clusters, psync: Run, topic: str, partitions: int
+) -> tuple[dict[int, int], dict[int, int]]:
     """Source b = source a's history (copied by partsync) plus more records; return both ends."""
     for name in ("a", "b", "local"):
         create_topic(clusters.bootstrap(name), topic, partitions)
@@ -68,8 +75,9 @@ def _two_sources(clusters: Clusters, psync: Run, topic: str, partitions: int) ->
     assert r.code == 0, r.stderr
     for p in range(partitions):
         more = records(400, seed=100 + p, partition=p, kafka_python=True)
-        produce_kafka_python(clusters.bootstrap("b"), topic, more, compression="zstd",
-                             batch_size=4096)
+        produce_kafka_python(
+            clusters.bootstrap("b"), topic, more, compression="zstd", batch_size=4096
+        )
     a_end, b_end = ends(clusters["a"], topic, partitions), ends(clusters["b"], topic, partitions)
     assert all(b_end[p] == a_end[p] + 400 for p in range(partitions)), (a_end, b_end)
     return a_end, b_end
@@ -93,13 +101,23 @@ def test_single_source_copies_every_partition(clusters: Clusters, psync: Run, to
     assert set(res) == {0, 1, 2}
     for p, e in res.items():
         assert e["status"] == "synced"
-        assert (e["local_end_before"], e["local_end_after"], e["target_end"]) == (0, target[p], target[p])
+        assert (e["local_end_before"], e["local_end_after"], e["target_end"]) == (
+            0,
+            target[p],
+            target[p],
+        )
         assert set(e["bytes_by_source"]) == {"a"}
         assert e["batches"] > 7  # several chunks of several batches
     assert ends(clusters["local"], topic, 3) == target
-    assert assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, 3) == 3000
+    assert (
+        assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, 3)
+        == 3000
+    )
     for p in range(3):
-        assert assert_batches_identical(clusters["a"], clusters["local"], topic, p) == res[p]["batches"]
+        assert (
+            assert_batches_identical(clusters["a"], clusters["local"], topic, p)
+            == res[p]["batches"]
+        )
 
 
 def test_two_sources_at_different_ends(clusters: Clusters, psync: Run, topic: str) -> None:
@@ -121,15 +139,23 @@ def test_two_sources_at_different_ends(clusters: Clusters, psync: Run, topic: st
 
 
 @pytest.mark.parametrize("codec", COMPRESSIONS)
-def test_each_codec_from_both_clients(clusters: Clusters, psync: Run, topic: str, codec: str) -> None:
+def test_each_codec_from_both_clients(
+    clusters: Clusters, psync: Run, topic: str, codec: str
+) -> None:
     """Partition 0 from confluent-kafka (librdkafka), partition 1 from kafka-python: headers
     (with null header values where the client allows), null keys, null values."""
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     create_topic(a, topic, 2)
     create_topic(local, topic, 2)
     produce(a, topic, records(500, seed=1), compression=codec, partition=0, batch_size=8192)
-    produce_kafka_python(a, topic, records(500, seed=2, kafka_python=True), compression=codec,
-                         partition=1, batch_size=8192)
+    produce_kafka_python(
+        a,
+        topic,
+        records(500, seed=2, kafka_python=True),
+        compression=codec,
+        partition=1,
+        batch_size=8192,
+    )
 
     r = _sync(psync, topic, "a")
 
@@ -153,8 +179,9 @@ def test_every_codec_in_one_partition(clusters: Clusters, psync: Run, topic: str
     create_topic(local, topic, 1)
     for i, codec in enumerate(COMPRESSIONS):
         produce(a, topic, records(60, seed=i), compression=codec, partition=0)
-        produce_kafka_python(a, topic, records(60, seed=50 + i, kafka_python=True),
-                             compression=codec, partition=0)
+        produce_kafka_python(
+            a, topic, records(60, seed=50 + i, kafka_python=True), compression=codec, partition=0
+        )
 
     r = _sync(psync, topic, "a")
 
@@ -310,20 +337,31 @@ def test_usage_and_config_errors_exit_2(
     sync = ("sync", "--topic", topic, "--json")
 
     cases = {
-        "descending partition range": (psync(*sync, "--sources", "a", "--partitions", "3-1"), "3-1"),
+        "descending partition range": (
+            psync(*sync, "--sources", "a", "--partitions", "3-1"),
+            "3-1",
+        ),
         "non-numeric partitions": (psync(*sync, "--sources", "a", "--partitions", "x"), "'x'"),
-        "partition the topic lacks": (psync(*sync, "--sources", "a", "--partitions", "1,7"),
-                                      "selected partition(s) 7 do not exist"),
+        "partition the topic lacks": (
+            psync(*sync, "--sources", "a", "--partitions", "1,7"),
+            "selected partition(s) 7 do not exist",
+        ),
         "unknown source name": (psync(*sync, "--sources", "a,nosuch"), "nosuch"),
         "unknown local name": (psync(*sync, "--sources", "a", "--local", "elsewhere"), "elsewhere"),
-        "source is the local cluster": (psync(*sync, "--sources", "a,local"), "both a source and the local"),
+        "source is the local cluster": (
+            psync(*sync, "--sources", "a,local"),
+            "both a source and the local",
+        ),
     }
     bad = tmp_path / "bad.toml"
     bad.write_text(
         f'local = "local"\n[clusters.local]\nbootstrap_servers = ["{clusters.bootstrap("local")}"]\n'
         f'bootstrap_server = "x:1"\n[clusters.a]\nbootstrap_servers = ["{clusters.bootstrap("a")}"]\n'
     )
-    cases["unknown config key"] = (cli("--config", str(bad), *sync, "--sources", "a"), "bootstrap_server")
+    cases["unknown config key"] = (
+        cli("--config", str(bad), *sync, "--sources", "a"),
+        "bootstrap_server",
+    )
     top = tmp_path / "top.toml"
     top.write_text(clusters.config.read_text() + '\nlocall = "a"\n')
     cases["unknown top-level key"] = (cli("--config", str(top), *sync, "--sources", "a"), "locall")

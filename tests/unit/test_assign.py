@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from partsync.assign import (
+from partsync.plan.assign import (
     Subscription,
     assign,
     decode_assignment,
@@ -52,7 +52,9 @@ def test_more_members_than_partitions_leaves_some_idle() -> None:
 def test_golden_encodings_round_trip() -> None:
     sub = Subscription(("orders", "audit"), "host:42")
     assert encode_subscription(sub) == b'{"v":1,"topics":["audit","orders"],"client":"host:42"}'
-    assert decode_subscription(encode_subscription(sub)) == Subscription(("audit", "orders"), "host:42")
+    assert decode_subscription(encode_subscription(sub)) == Subscription(
+        ("audit", "orders"), "host:42"
+    )
     data = encode_assignment([("orders", 2), ("audit", 0), ("orders", 0)])
     assert data == b'{"v":1,"partitions":{"audit":[0],"orders":[0,2]}}'
     assert decode_assignment(data) == [("audit", 0), ("orders", 0), ("orders", 2)]

@@ -1,4 +1,4 @@
-"""The pure byte layer, ``partsync.batch``: walking, checking and shallowly rewriting batches.
+"""The pure byte layer, ``partsync.wire.batch``: walking, checking and shallowly rewriting batches.
 
 Batches are built with kafka-python's ``DefaultRecordBatchBuilder`` (an independent
 implementation of the v2 format; imported here in tests only), then parsed by partsync.
@@ -12,7 +12,8 @@ import warnings
 import crc32c
 import pytest
 
-from partsync.batch import (
+from partsync.errors import CorruptBatchError, UnsafeError
+from partsync.wire.batch import (
     CODECS,
     HEADER_SIZE,
     Batch,
@@ -21,7 +22,6 @@ from partsync.batch import (
     iter_batches,
     rewrite_for_append,
 )
-from partsync.errors import CorruptBatchError, UnsafeError
 
 with warnings.catch_warnings():
     # kafka-python 3.0 warns (DeprecationWarning) while loading its JSON protocol schemas,

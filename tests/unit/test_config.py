@@ -225,8 +225,10 @@ def test_local_may_not_be_an_address(tmp_path: Path) -> None:
             "security_protocol must be one of",
         ),
         (
-            'bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"\n'
-            'sasl_mechanism = "GSSAPI"',
+            (
+                'bootstrap_servers = ["h:1"]\nsecurity_protocol = "SASL_SSL"\n'
+                'sasl_mechanism = "GSSAPI"'
+            ),
             "sasl_mechanism must be one of",
         ),
         (

@@ -1,4 +1,4 @@
-"""partsync.diff's result model (JSON contract, exit status, ranges) and partsync.diff_render's
+"""partsync.run.diff's result model (JSON contract, exit status, ranges) and partsync.ui.diff_render's
 table, notes and HTML page, on constructed results (no brokers)."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from partsync.diff import (
+from partsync.errors import ExitStatus, UsageError
+from partsync.plan.comparator import Bounds
+from partsync.plan.diff_model import (
     DiffOptions,
     DiffReport,
     DiffRequest,
@@ -21,9 +23,7 @@ from partsync.diff import (
     common_range,
     lags,
 )
-from partsync.diff_render import diff_html, diff_notes, diff_summary, diff_table, display_status
-from partsync.errors import ExitStatus, UsageError
-from partsync.plan import Bounds
+from partsync.ui.diff_render import diff_html, diff_notes, diff_summary, diff_table, display_status
 
 S = DiffStatus
 
@@ -109,7 +109,7 @@ def test_options_and_request_validation() -> None:
 
 
 def test_cli_default_chunk_size_matches_the_options() -> None:
-    from partsync.cli import diff
+    from partsync.ui.cli import diff
 
     (opt,) = [o for o in diff.params if o.name == "chunk_offsets"]
     assert opt.default == DiffOptions().chunk_offsets
@@ -153,7 +153,7 @@ def test_table_notes_and_summary() -> None:
 
 def test_html_is_self_contained_and_escaped() -> None:
     r = _sample()
-    page = diff_html(r, generated=dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
+    page = diff_html(r, generated=dt.datetime(2026, 1, 2, tzinfo=dt.UTC))
     assert page.startswith("<!DOCTYPE html>")
     assert "<script" not in page and "orders&lt;script&gt;" in page
     # No external assets: the only URL is SVG's own namespace-free url(#lag) pattern reference.

@@ -1,4 +1,4 @@
-"""partsync.digest: chunk digests and the N-way comparison, on constructed batches and units."""
+"""partsync.wire.digest: chunk digests and the N-way comparison, on constructed batches and units."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from partsync.batch import Batch, iter_batches, rewrite_for_append
-from partsync.digest import (
+from partsync.wire.batch import Batch, iter_batches, rewrite_for_append
+from partsync.wire.digest import (
     ChunkDigest,
     Unit,
     batch_unit,
@@ -19,7 +19,7 @@ from partsync.digest import (
     record_unit,
     split_majority,
 )
-from partsync.records import Record, iter_records
+from partsync.wire.records import Record, iter_records
 from tests.unit import diffkit
 from tests.unit.diffkit import BASE_TS
 
@@ -204,7 +204,7 @@ def test_transactional_bit_is_ignored_by_the_batch_digest() -> None:
 def _flip_in_batch(raw: bytes, index: int, from_end: int) -> bytes:
     """Flip one bit ``from_end`` bytes before the end of batch ``index`` and recompute its CRC,
     so the change looks like legitimately different data (a valid batch)."""
-    from partsync.batch import compute_crc
+    from partsync.wire.batch import compute_crc
 
     batches = list(iter_batches(raw))
     start = sum(b.size for b in batches[:index])

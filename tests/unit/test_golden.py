@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from partsync.batch import Batch, check_appendable, iter_batches, rewrite_for_append
 from partsync.errors import UnsafeError
+from partsync.wire.batch import Batch, check_appendable, iter_batches, rewrite_for_append
 
 with warnings.catch_warnings():
     # kafka-python 3.0 warns (DeprecationWarning) while loading its JSON protocol schemas.

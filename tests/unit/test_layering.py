@@ -1,5 +1,7 @@
-"""Layering: every module imports on its own, the pure layers stay pure, and kafka-python's
-internals are imported by exactly one module (``partsync/_kafka.py``).
+"""Layering: every module imports on its own, each subpackage imports only from the layers
+below it (wire -> plan -> _kafka -> io -> copy -> run -> engines -> ui/demo), the pure layers
+stay pure, kafka-python's internals are imported only by the adapter package
+(``partsync/_kafka/``), and no test code lives in the runtime package.
 
 Like pip-tools' ``test_circular_imports.py``: each module is imported alone in a process where
 no other partsync module is loaded, so an import cycle or a hidden import-order dependency fails
@@ -24,19 +26,50 @@ import partsync
 
 PACKAGE_DIR = Path(partsync.__file__).parent
 
-# Modules that must stay free of I/O libraries (the ones that exist in this tree).
+# The layers, bottom-up: a module may import partsync modules of its own layer or below.
+LAYERS: dict[str, int] = {
+    "partsync": 0,
+    "partsync.errors": 0,
+    "partsync.config": 0,
+    "partsync.retry": 0,
+    "partsync.wire": 1,
+    "partsync.plan": 2,
+    "partsync._kafka": 3,
+    "partsync.io": 4,
+    "partsync.copy": 5,
+    "partsync.run": 6,
+    "partsync.engines": 7,
+    "partsync.ui": 8,
+    "partsync.demo": 8,
+    "partsync.__main__": 8,
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer a module belongs to: its subpackage, or itself for a top-level module."""
+    parts = module.split(".")
+    if len(parts) >= 2 and ".".join(parts[:2]) in LAYERS:
+        return ".".join(parts[:2])
+    return "partsync"
+
+
+def _all_modules() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return names
+
+
+# Modules that must stay free of I/O libraries: the byte and decision layers and the shared
+# foundations they use.
 PURE = [
     m
-    for m in (
-        "partsync.batch",
-        "partsync.plan",
-        "partsync.selection",
-        "partsync.errors",
-        "partsync.config",
-        "partsync.records",
-        "partsync.digest",
-    )
-    if (PACKAGE_DIR / (m.split(".", 1)[1] + ".py")).exists()
+    for m in _all_modules()
+    if layer_of(m) in ("partsync.wire", "partsync.plan")
+    or m in ("partsync.errors", "partsync.config", "partsync.retry")
 ]
 # Top-level modules a pure layer must not pull in, directly or through another partsync module.
 FORBIDDEN = ("socket", "ssl", "selectors", "asyncio", "kafka", "confluent_kafka", "pyspark")
@@ -51,14 +84,7 @@ OPTIONAL = {"pyspark", "testcontainers"}
 
 
 def _module_names() -> list[str]:
-    names = []
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
-        parts = list(rel.parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names.append(".".join(parts))
-    return [n for n in names if n not in NOT_IMPORTABLE]
+    return [n for n in _all_modules() if n not in NOT_IMPORTABLE]
 
 
 MODULES = _module_names()
@@ -154,14 +180,57 @@ def imports() -> dict[str, dict[str, object]]:
 
 
 def test_module_list_is_sane() -> None:
-    assert "partsync._kafka" in MODULES and "partsync.batch" in MODULES
+    assert "partsync._kafka" in MODULES and "partsync.wire.batch" in MODULES
     assert set(PURE) >= {
-        "partsync.batch",
-        "partsync.plan",
-        "partsync.selection",
+        "partsync.wire.batch",
+        "partsync.wire.records",
+        "partsync.plan.comparator",
+        "partsync.plan.selection",
+        "partsync.plan.results",
         "partsync.errors",
         "partsync.config",
     }
+    # Every subpackage has a layer; a new one must be placed in LAYERS on purpose.
+    subpackages = {
+        f"partsync.{p.name}" for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").exists()
+    }
+    assert subpackages <= set(LAYERS), subpackages - set(LAYERS)
+
+
+@pytest.mark.parametrize("module", _all_modules())
+def test_imports_point_down_the_layers(module: str) -> None:
+    """A module imports partsync modules of its own layer or a lower one, never a higher one."""
+    rel = module.split(".", 1)[1].replace(".", "/") if "." in module else "__init__"
+    path = PACKAGE_DIR / f"{rel}.py"
+    if not path.exists():
+        path = PACKAGE_DIR / rel / "__init__.py"
+    mine = LAYERS[layer_of(module)]
+    bad = []
+    for line, name in _imports_in(path):
+        if name.split(".")[0] != "partsync" or name == "partsync":
+            continue
+        theirs = LAYERS[layer_of(name)]
+        if theirs > mine:
+            bad.append(f"line {line}: {name} ({layer_of(name)} is above {layer_of(module)})")
+    assert bad == []
+
+
+def test_the_layer_check_can_fail() -> None:
+    """The direction check is not vacuous: a copy-layer module importing the runner is upward."""
+    assert LAYERS[layer_of("partsync.run.runner")] > LAYERS[layer_of("partsync.copy.partition")]
+    assert layer_of("partsync.plan.comparator") == "partsync.plan"
+    assert LAYERS[layer_of("partsync.errors")] == 0
+
+
+def test_no_test_code_in_the_runtime_package() -> None:
+    """pytest helpers, the strict proxy and fault hooks live under tests/, not in the wheel."""
+    offenders = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for line, name in _imports_in(path):
+            if name.split(".")[0] in ("pytest", "tests", "testcontainers"):
+                offenders.append(f"{path.relative_to(PACKAGE_DIR)}:{line}: {name}")
+    assert offenders == []
+    assert not (PACKAGE_DIR / "testing").exists()
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -212,7 +281,10 @@ def _imports_in(path: Path) -> list[tuple[int, str]]:
 def test_pure_module_source_imports(module: str) -> None:
     """Also catches imports inside functions, which importing the module never runs. A pure
     module may use the stdlib (minus networking), its pure dependencies and other pure modules."""
-    path = PACKAGE_DIR / (module.split(".", 1)[1] + ".py")
+    rel = module.split(".", 1)[1].replace(".", "/")
+    path = PACKAGE_DIR / f"{rel}.py"
+    if not path.exists():
+        path = PACKAGE_DIR / rel / "__init__.py"
     bad = []
     for line, name in _imports_in(path):
         top = name.split(".")[0]
@@ -227,12 +299,12 @@ _KAFKA_IMPORT = re.compile(r"^\s*(?:import\s+kafka\b|from\s+kafka\b)", re.MULTIL
 
 
 def test_only_the_adapter_imports_kafka_python() -> None:
-    """kafka-python moved its internals between 2.x and 3.x: one module, ``_kafka.py``, holds
-    every import of it. ``partsync/testing/`` (test data helpers) is exempt."""
+    """kafka-python moved its internals between 2.x and 3.x: one package, ``_kafka/``, holds
+    every import of it."""
     offenders = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         rel = path.relative_to(PACKAGE_DIR).as_posix()
-        if rel == "_kafka.py" or rel.startswith("testing/"):
+        if rel.startswith("_kafka/"):
             continue
         text = path.read_text()
         names = [n for _, n in _imports_in(path) if n.split(".")[0] == "kafka"]
@@ -243,7 +315,7 @@ def test_only_the_adapter_imports_kafka_python() -> None:
         ):
             offenders.append(rel)
     assert offenders == []
-    assert _KAFKA_IMPORT.search((PACKAGE_DIR / "_kafka.py").read_text())
+    assert _KAFKA_IMPORT.search((PACKAGE_DIR / "_kafka" / "connection.py").read_text())
 
 
 def test_the_grep_recognises_kafka_imports() -> None:

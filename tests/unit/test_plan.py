@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from partsync.plan import Bounds, Chunk, Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.plan.comparator import (
+    Bounds,
+    Chunk,
+    Condition,
+    PartitionPlan,
+    PlanPolicy,
+    plan_partition,
+)
 
 T, P = "orders", 3
 

@@ -1,4 +1,4 @@
-"""partsync.records: decompress every codec and parse v2 records, against golden broker bytes,
+"""partsync.wire.records: decompress every codec and parse v2 records, against golden broker bytes,
 kafka-python's batch builder and a hand-written encoder (tests/unit/diffkit.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from partsync.batch import Batch, iter_batches
 from partsync.errors import CorruptBatchError
-from partsync.records import Record, decode_records, decompress, iter_records
+from partsync.wire.batch import Batch, iter_batches
+from partsync.wire.records import Record, decode_records, decompress, iter_records
 from tests.unit import diffkit
 from tests.unit.diffkit import BASE_TS, R, make_batch
 
@@ -256,16 +256,18 @@ def test_pure_layers_import_no_network_or_kafka_module() -> None:
     # What the modules import themselves (crc32c pulls socket in through importlib.metadata, so
     # sys.modules alone cannot tell).
     allowed = {"__future__", "gzip", "hashlib", "struct", "zlib", "collections.abc", "dataclasses",
-               "typing", "lz4.frame", "snappy", "zstandard", "partsync.batch", "partsync.errors",
-               "partsync.records"}  # fmt: skip
+               "typing", "lz4.frame", "snappy", "zstandard", "partsync.wire.batch", "partsync.errors",
+               "partsync.wire.records"}  # fmt: skip
     for name in ("records", "digest"):
-        tree = ast.parse((Path(__file__).parents[2] / "partsync" / f"{name}.py").read_text())
+        tree = ast.parse(
+            (Path(__file__).parents[2] / "partsync" / "wire" / f"{name}.py").read_text()
+        )
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert imported <= allowed, (name, imported - allowed)
     code = (
-        "import sys, partsync.records, partsync.digest; "
-        "bad = [m for m in ('kafka', 'pyspark', 'partsync._kafka', 'partsync.cluster') "
+        "import sys, partsync.wire.records, partsync.wire.digest; "
+        "bad = [m for m in ('kafka', 'pyspark', 'partsync._kafka', 'partsync.io.cluster') "
         "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from partsync.errors import ExitStatus, UsageError
-from partsync.selection import parse_partitions, select
+from partsync.plan.selection import parse_partitions, select
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from partsync.throttle import RateLimiter, limiter_for
+from partsync.copy.throttle import RateLimiter, limiter_for
 
 
 class FakeTime:

@@ -14,7 +14,7 @@ import pytest
 
 from partsync._kafka import ProducedPartition
 from partsync.errors import ClusterError
-from partsync.writer import Cancelled, SharedWriter
+from partsync.io.writer import Cancelled, SharedWriter
 
 
 class ScriptedBroker:

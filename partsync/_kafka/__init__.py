@@ -1,0 +1,54 @@
+"""The one adapter over kafka-python's internals (pinned to the 3.0.x line).
+
+Only modules in this package import ``kafka``: ``connection`` (framing, versions, TLS, SASL),
+``requests`` and ``group_requests`` (typed requests, plain-Python answers) and ``codes`` (error
+codes by name). Everything else in partsync imports from here.
+"""
+
+from partsync._kafka.codes import (
+    COORDINATOR_RETRY_CODES,
+    FENCED_CODES,
+    LEADER_MOVED_CODES,
+    ErrorCode,
+    broker_error,
+    error_name,
+    error_retriable,
+    fetch_error,
+    raise_for_code,
+)
+from partsync._kafka.connection import EARLIEST, GROUP_KEY, LATEST, PROBE_WAIT_MS, TXN_KEY
+from partsync._kafka.requests import (
+    BrokerInfo,
+    Connection,
+    FetchedPartition,
+    JoinResult,
+    Metadata,
+    PartitionMeta,
+    ProducedPartition,
+    TopicMeta,
+)
+
+__all__ = [
+    "COORDINATOR_RETRY_CODES",
+    "EARLIEST",
+    "FENCED_CODES",
+    "GROUP_KEY",
+    "LATEST",
+    "LEADER_MOVED_CODES",
+    "PROBE_WAIT_MS",
+    "TXN_KEY",
+    "BrokerInfo",
+    "Connection",
+    "ErrorCode",
+    "FetchedPartition",
+    "JoinResult",
+    "Metadata",
+    "PartitionMeta",
+    "ProducedPartition",
+    "TopicMeta",
+    "broker_error",
+    "error_name",
+    "error_retriable",
+    "fetch_error",
+    "raise_for_code",
+]

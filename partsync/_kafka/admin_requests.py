@@ -1,0 +1,71 @@
+"""Topic administration requests: CreateTopics and DescribeConfigs (a mixin of ``Connection``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.topics import CreateTopicsRequest
+
+from partsync._kafka.codes import raise_for_code
+
+__all__ = ["AdminRequests"]
+
+
+class AdminRequests:
+    """CreateTopics and DescribeConfigs over ``call`` (from ``BrokerConnection``)."""
+
+    cluster: str
+
+    if TYPE_CHECKING:
+
+        def call(self, api: str, request: Any) -> Any: ...
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication: int,
+        configs: dict[str, str],
+        timeout_ms: int = 30_000,
+    ) -> None:
+        T = CreateTopicsRequest.CreatableTopic
+        req = CreateTopicsRequest(
+            topics=[
+                T(
+                    name=topic,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    assignments=[],
+                    configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
+                )
+            ],
+            timeout_ms=timeout_ms,
+            validate_only=False,
+        )
+        resp = self.call("CreateTopics", req)
+        for t in resp.topics:
+            if t.error_code:
+                msg = getattr(t, "error_message", None)
+                raise_for_code(
+                    t.error_code,
+                    f"creating topic ({msg})" if msg else "creating topic",
+                    cluster=self.cluster,
+                    topic=topic,
+                )
+
+    def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(
+            resources=[R(resource_type=2, resource_name=topic, configuration_keys=None)],
+            include_synonyms=False,
+        )
+        resp = self.call("DescribeConfigs", req)
+        out: dict[str, str | None] = {}
+        for r in resp.results:
+            raise_for_code(r.error_code, "DescribeConfigs", cluster=self.cluster, topic=topic)
+            for c in r.configs:
+                out[c.name] = c.value
+        return out
+
+    # -- group membership (local cluster) ---------------------------------------------------

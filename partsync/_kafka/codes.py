@@ -1,0 +1,130 @@
+"""Kafka error codes by name, and the one place a code becomes a ``BrokerError``.
+
+kafka-python knows every code's name and whether it is retriable (``kafka.errors``); partsync's
+own decisions (retry, stop, fenced) name the codes below instead of comparing bare numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import kafka.errors as _kerrors
+
+from partsync.errors import BrokerError
+
+__all__ = [
+    "COORDINATOR_RETRY_CODES",
+    "FENCED_CODES",
+    "LEADER_MOVED_CODES",
+    "ErrorCode",
+    "broker_error",
+    "error_name",
+    "error_retriable",
+    "fetch_error",
+    "raise_for_code",
+]
+
+
+class ErrorCode(enum.IntEnum):
+    """The Kafka error codes partsync decides on (the names are Kafka's)."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    GROUP_AUTHORIZATION_FAILED = 30
+    INVALID_TIMESTAMP = 32
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    INVALID_PRODUCER_EPOCH = 47
+    CONCURRENT_TRANSACTIONS = 51
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    MEMBER_ID_REQUIRED = 79
+    INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
+
+
+# Answers that mean "ask again (maybe elsewhere) shortly".
+COORDINATOR_RETRY_CODES = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
+# Kafka answers an append from a producer whose epoch was bumped by a newer InitProducerId with
+# INVALID_PRODUCER_EPOCH; some brokers say PRODUCER_FENCED.
+FENCED_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+# The partition's leadership moved: refresh metadata before asking again.
+LEADER_MOVED_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
+def error_name(code: int) -> str:
+    return str(_kerrors.for_code(code).__name__)
+
+
+def error_retriable(code: int) -> bool:
+    return bool(getattr(_kerrors.for_code(code), "retriable", False))
+
+
+def broker_error(
+    code: int,
+    what: str,
+    *,
+    cluster: str | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+) -> BrokerError:
+    """The BrokerError for a Kafka error code, named and flagged retriable by kafka-python."""
+    return BrokerError(
+        what,
+        error_code=code,
+        error_name=error_name(code),
+        retriable=error_retriable(code),
+        cluster=cluster,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
+    return broker_error(
+        code, "fetch failed", cluster=cluster, topic=topic, partition=partition, offset=offset
+    )
+
+
+def raise_for_code(
+    code: int,
+    what: str,
+    *,
+    cluster: str | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+) -> None:
+    if code:
+        raise broker_error(
+            code, what, cluster=cluster, topic=topic, partition=partition, offset=offset
+        )

@@ -1,0 +1,312 @@
+"""A blocking, pipelined connection to one broker: framing, API version negotiation, TLS, SASL.
+
+kafka-python 3.0 moved its protocol and network modules (``kafka.protocol.*`` is now generated
+from Kafka's JSON schemas; the old ``kafka.conn``/``kafka.client_async`` are gone), so every
+import of them lives in this package (``partsync._kafka``). partsync uses kafka-python for
+request/response encoding, error codes and SASL mechanisms, and runs its own small blocking
+connection so requests can be pipelined (several in flight, responses in order) without
+kafka-python's event loop. The typed requests are in ``requests.py`` and ``group_requests.py``.
+"""
+
+import collections
+import socket
+import ssl
+import struct
+import threading
+from typing import Any, Self
+
+from kafka.net.sasl import get_sasl_mechanism
+from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer, EncodeBufferPool
+
+from partsync._kafka.codes import error_name, raise_for_code
+from partsync.config import Security
+from partsync.errors import ClusterError
+
+__all__ = ["EARLIEST", "GROUP_KEY", "LATEST", "PROBE_WAIT_MS", "TXN_KEY", "BrokerConnection"]
+
+EARLIEST = -2
+LATEST = -1
+GROUP_KEY = 0
+TXN_KEY = 1
+# Wait for probes of data that is known to exist. Kafka answers at once when data is there;
+# Tansu answers max_wait_ms=0 (like min_bytes=0) with no partitions at all, so never use 0.
+PROBE_WAIT_MS = 100
+
+# (request, response, lowest, highest) version partsync speaks, clamped to what each broker
+# offers. The ranges are ones Apache Kafka 2.5 through 4.x accept (4.0 removed the oldest,
+# KIP-896); InitProducerId starts at 3 in practice because Tansu rejects v0-2.
+_PREFERRED = {
+    "Metadata": (MetadataRequest, MetadataResponse, 4, 7),
+    "Fetch": (FetchRequest, FetchResponse, 4, 11),
+    "Produce": (ProduceRequest, ProduceResponse, 3, 8),
+    "ListOffsets": (ListOffsetsRequest, ListOffsetsResponse, 1, 5),
+    "InitProducerId": (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+    "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
+    "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
+    # Group membership on the LOCAL cluster only (partsync never joins a source's groups).
+    # JoinGroup >= 4 answers a new member MEMBER_ID_REQUIRED first; both paths are handled.
+    "FindCoordinator": (FindCoordinatorRequest, FindCoordinatorResponse, 1, 6),
+    "JoinGroup": (JoinGroupRequest, JoinGroupResponse, 2, 9),
+    "SyncGroup": (SyncGroupRequest, SyncGroupResponse, 1, 5),
+    "Heartbeat": (HeartbeatRequest, HeartbeatResponse, 1, 4),
+    "LeaveGroup": (LeaveGroupRequest, LeaveGroupResponse, 1, 5),
+    "SaslHandshake": (SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+    "SaslAuthenticate": (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
+}
+
+_SIZE = struct.Struct(">i")
+
+
+def _encode_framed_into(request: Any, out: EncodeBuffer) -> None:
+    """``request.encode(header=True, framed=True)`` written into ``out``, without the copy
+    ``encode`` makes of the finished buffer (which, for a Produce request, copies every batch)."""
+    version = request.API_VERSION
+    flexible = request.flexible_version_q(version)
+    start = out.pos
+    out.ensure(4)
+    out.pos += 4  # frame size, filled in below
+    request.encode_header_into(out, flexible=flexible)
+    request._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)(request, out)
+    _SIZE.pack_into(out.buf, start, out.pos - start - 4)
+
+
+def _ssl_context(sec: Security) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=sec.ssl_cafile)
+    if not sec.ssl_check_hostname:
+        ctx.check_hostname = False
+    if sec.ssl_certfile:
+        ctx.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile, sec.ssl_password)
+    return ctx
+
+
+class BrokerConnection:
+    """A blocking connection to one broker with pipelining.
+
+    ``send()`` writes a request and returns at once; ``receive()`` returns the responses in the
+    order the requests were sent (Kafka answers in order on one connection). Sending and
+    receiving may happen on two threads. ``call()`` is send + receive for one-off requests.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        cluster: str,
+        client_id: str = "partsync",
+        security: Security | None = None,
+        timeout: float = 30.0,
+        socket_buffer_bytes: int = 4 << 20,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.cluster = cluster
+        self.client_id = client_id
+        self.timeout = timeout
+        self._security = security or Security()
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._call_lock = threading.Lock()
+        self._pending: collections.deque[tuple[int, Any, int, str]] = collections.deque()
+        self._correlation = 0
+        self._versions: dict[str, int] = {}
+        # Set once the socket is closed (by us or after an I/O error): the connection is out of
+        # step with its pending requests and must be replaced, never reused.
+        self.closed = False
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise ClusterError(
+                f"cannot connect to broker {host}:{port}: {e.strerror or e}", cluster=cluster
+            ) from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Big buffers matter on long fat links: the window caps one connection's throughput.
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, opt, socket_buffer_bytes)
+            except OSError:
+                pass
+        if self._security.uses_ssl:
+            try:
+                sock = _ssl_context(self._security).wrap_socket(sock, server_hostname=host)
+            except (ssl.SSLError, OSError) as e:
+                sock.close()
+                raise ClusterError(
+                    f"TLS handshake with {host}:{port} failed: {e}", cluster=cluster
+                ) from e
+        self._sock = sock
+        self._rfile = sock.makefile("rb", buffering=1 << 20)
+        try:
+            self._negotiate_versions()
+            if self._security.uses_sasl:
+                self._authenticate()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- framing ----------------------------------------------------------------------------
+
+    def version(self, api: str) -> int:
+        return self._versions[api]
+
+    def send(self, api: str, request: Any) -> None:
+        _req_cls, resp_cls, _lo, _hi = _PREFERRED.get(api, (None, None, 0, 0))
+        version = self._versions.get(api, 0)
+        with self._send_lock:
+            self._correlation += 1
+            cid = self._correlation
+            request.API_VERSION = version
+            request.with_header(correlation_id=cid, client_id=self.client_id)
+            # Encoded into this thread's reusable buffer and sent from it: a Produce request's
+            # batches are copied once (into the buffer), not three times.
+            with EncodeBufferPool.acquire() as out:
+                _encode_framed_into(request, out)
+                self._pending.append((cid, resp_cls, version, api))
+                try:
+                    with memoryview(out.buf)[: out.pos] as data:
+                        self._sock.sendall(data)
+                except OSError as e:
+                    raise self._io_error(f"sending {api}", e) from e
+
+    def receive(self) -> Any:
+        with self._recv_lock:
+            cid, resp_cls, version, api = self._pending.popleft()
+            try:
+                head = self._read_exact(4)
+                (size,) = _SIZE.unpack(head)
+                body = self._read_exact(size)
+            except OSError as e:
+                raise self._io_error(f"reading {api} response", e) from e
+            (got,) = _SIZE.unpack_from(body, 0)
+            if got != cid:
+                self.close()
+                raise ClusterError(
+                    f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
+                    cluster=self.cluster,
+                )
+            if api == "ApiVersions" or resp_cls.flexible_version_q(version):
+                return resp_cls.decode(body, version=version, header=True)
+            # A non-flexible response header is just the correlation id, checked above. Decoding
+            # it with header=True would copy the whole body (a Fetch response's batches) first.
+            return resp_cls.decode(memoryview(body)[4:], version=version, header=False)
+
+    def call(self, api: str, request: Any) -> Any:
+        # One-off calls hold both halves so two threads' calls cannot swap responses; a
+        # connection used for pipelining (send/receive on separate threads) makes no calls.
+        with self._call_lock:
+            self.send(api, request)
+            return self.receive()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _read_exact(self, n: int) -> bytes:
+        data: bytes | None = self._rfile.read(n)
+        if data is None or len(data) != n:
+            raise ConnectionResetError("connection closed by broker")
+        return data
+
+    def _io_error(self, what: str, e: OSError) -> ClusterError:
+        self.close()
+        return ClusterError(
+            f"{what} with broker {self.host}:{self.port} failed: {e}", cluster=self.cluster
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        for closer in (self._rfile.close, self._sock.close):
+            try:
+                closer()
+            except (OSError, AttributeError):
+                pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- session setup ----------------------------------------------------------------------
+
+    def _negotiate_versions(self) -> None:
+        self._versions["ApiVersions"] = 0
+        req = ApiVersionsRequest()
+        self._pending.append((0, ApiVersionsResponse, 0, "ApiVersions"))
+        req.API_VERSION = 0
+        req.with_header(correlation_id=0, client_id=self.client_id)
+        self._sock.sendall(req.encode(header=True, framed=True))
+        resp = self.receive()
+        raise_for_code(resp.error_code, "ApiVersions", cluster=self.cluster)
+        offered = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        for api, (req_cls, _resp, lo, hi) in _PREFERRED.items():
+            rng = offered.get(req_cls.API_KEY)
+            if rng is None:
+                continue
+            v = min(hi, rng[1])
+            if v >= max(lo, rng[0]):
+                self._versions[api] = v
+        for needed in ("Metadata", "Fetch", "Produce", "ListOffsets"):
+            if needed not in self._versions:
+                raise ClusterError(
+                    f"broker {self.host}:{self.port} does not support a {needed} version partsync "
+                    "needs (record batch v2, Kafka >= 0.11)",
+                    cluster=self.cluster,
+                )
+
+    def _authenticate(self) -> None:
+        sec = self._security
+        resp = self.call("SaslHandshake", SaslHandshakeRequest(mechanism=sec.sasl_mechanism))
+        raise_for_code(
+            resp.error_code, f"SASL handshake ({sec.sasl_mechanism})", cluster=self.cluster
+        )
+        mech = get_sasl_mechanism(sec.sasl_mechanism)(
+            host=self.host,
+            security_protocol=sec.security_protocol,
+            sasl_mechanism=sec.sasl_mechanism,
+            sasl_plain_username=sec.sasl_plain_username,
+            sasl_plain_password=sec.sasl_plain_password,
+        )
+        while not mech.is_done():
+            auth = self.call(
+                "SaslAuthenticate", SaslAuthenticateRequest(auth_bytes=mech.auth_bytes())
+            )
+            if auth.error_code:
+                # The broker's message may say why; it never contains our password.
+                raise ClusterError(
+                    f"SASL authentication as {sec.sasl_plain_username!r} failed: "
+                    f"{error_name(auth.error_code)} {auth.error_message or ''}".strip(),
+                    cluster=self.cluster,
+                )
+            mech.receive(auth.auth_bytes)
+        if not mech.is_authenticated():
+            raise ClusterError(
+                f"SASL authentication as {sec.sasl_plain_username!r} failed", cluster=self.cluster
+            )
+
+    # -- requests ---------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+"""Group membership and coordinator requests (the LOCAL cluster only; partsync never joins a
+source's groups)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+
+from partsync._kafka.connection import GROUP_KEY
+
+__all__ = ["BrokerInfo", "GroupRequests", "JoinResult"]
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error_code: int
+    generation: int
+    member_id: str
+    leader: str
+    protocol: str | None
+    # (member id, metadata) of every member; only the leader gets them.
+    members: tuple[tuple[str, bytes], ...]
+
+
+class GroupRequests:
+    """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup over ``call`` (a mixin of
+    ``Connection``; ``call`` and ``version`` come from ``BrokerConnection``)."""
+
+    if TYPE_CHECKING:
+
+        def call(self, api: str, request: Any) -> Any: ...
+
+        def version(self, api: str) -> int: ...
+
+    def find_coordinator(
+        self, key: str, key_type: int = GROUP_KEY
+    ) -> tuple[int, BrokerInfo | None]:
+        """(error code, coordinator) for a group (``GROUP_KEY``) or transactional id (``TXN_KEY``)."""
+        if self.version("FindCoordinator") >= 4:
+            resp = self.call(
+                "FindCoordinator", FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+            )
+            c = resp.coordinators[0]
+            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            resp = self.call("FindCoordinator", FindCoordinatorRequest(key=key, key_type=key_type))
+            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+        return code, (BrokerInfo(node, host, port) if not code else None)
+
+    def join_group(
+        self,
+        group: str,
+        member_id: str,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        *,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        P = JoinGroupRequest.JoinGroupRequestProtocol
+        resp = self.call(
+            "JoinGroup",
+            JoinGroupRequest(
+                group_id=group,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type=protocol_type,
+                protocols=[P(name=n, metadata=m) for n, m in protocols],
+                reason=None,
+            ),
+        )
+        return JoinResult(
+            resp.error_code,
+            resp.generation_id,
+            resp.member_id,
+            resp.leader,
+            resp.protocol_name or None,
+            tuple((m.member_id, bytes(m.metadata)) for m in resp.members),
+        )
+
+    def sync_group(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        protocol_type: str,
+        protocol: str,
+        assignments: dict[str, bytes],
+    ) -> tuple[int, bytes]:
+        A = SyncGroupRequest.SyncGroupRequestAssignment
+        resp = self.call(
+            "SyncGroup",
+            SyncGroupRequest(
+                group_id=group,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type=protocol_type,
+                protocol_name=protocol,
+                assignments=[A(member_id=m, assignment=a) for m, a in assignments.items()],
+            ),
+        )
+        return resp.error_code, bytes(resp.assignment or b"")
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> int:
+        resp = self.call(
+            "Heartbeat",
+            HeartbeatRequest(
+                group_id=group,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=None,
+            ),
+        )
+        return int(resp.error_code)
+
+    def leave_group(self, group: str, member_id: str) -> int:
+        if self.version("LeaveGroup") >= 3:
+            M = LeaveGroupRequest.MemberIdentity
+            req = LeaveGroupRequest(
+                group_id=group,
+                members=[M(member_id=member_id, group_instance_id=None, reason=None)],
+            )
+        else:
+            req = LeaveGroupRequest(group_id=group, member_id=member_id)
+        return int(self.call("LeaveGroup", req).error_code)

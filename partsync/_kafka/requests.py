@@ -1,0 +1,253 @@
+"""Typed requests over a ``BrokerConnection``: metadata, offsets, fetch, produce, producer ids,
+topic admin. Everything returned is plain Python (dataclasses, dicts, bytes), never a
+kafka-python object, so the rest of partsync does not depend on its internals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+from partsync._kafka.admin_requests import AdminRequests
+from partsync._kafka.codes import raise_for_code
+from partsync._kafka.connection import BrokerConnection
+from partsync._kafka.group_requests import BrokerInfo, GroupRequests, JoinResult
+
+__all__ = [
+    "BrokerInfo",
+    "Connection",
+    "FetchedPartition",
+    "JoinResult",
+    "Metadata",
+    "PartitionMeta",
+    "ProducedPartition",
+    "TopicMeta",
+]
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    partition: int
+    leader: int
+    error_code: int
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    name: str
+    error_code: int
+    partitions: dict[int, PartitionMeta]
+
+
+@dataclass(frozen=True)
+class Metadata:
+    brokers: dict[int, BrokerInfo]
+    topics: dict[str, TopicMeta]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedPartition:
+    partition: int
+    error_code: int
+    base_offset: int
+    log_start_offset: int
+    error_message: str | None
+
+
+class Connection(BrokerConnection, GroupRequests, AdminRequests):
+    """A broker connection with partsync's typed requests."""
+
+    def metadata(self, topics: list[str] | None) -> Metadata:
+        topic_reqs = (
+            None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        )
+        resp = self.call(
+            "Metadata",
+            MetadataRequest(topics=topic_reqs, allow_auto_topic_creation=False),
+        )
+        brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port) for b in resp.brokers}
+        out: dict[str, TopicMeta] = {}
+        for t in resp.topics:
+            parts = {
+                p.partition_index: PartitionMeta(p.partition_index, p.leader_id, p.error_code)
+                for p in t.partitions
+            }
+            out[t.name] = TopicMeta(t.name, t.error_code, parts)
+        return Metadata(brokers, out)
+
+    def list_offsets(
+        self, topic: str, partitions: list[int], timestamp: int
+    ) -> dict[int, tuple[int, int]]:
+        """Returns {partition: (error_code, offset)} for EARLIEST/LATEST."""
+        req = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=p, timestamp=timestamp
+                        )
+                        for p in partitions
+                    ],
+                )
+            ],
+        )
+        resp = self.call("ListOffsets", req)
+        out: dict[int, tuple[int, int]] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                out[p.partition_index] = (p.error_code, p.offset)
+        return out
+
+    def send_fetch(
+        self,
+        topic: str,
+        wanted: list[tuple[int, int, int]],
+        *,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        """Send a Fetch for (partition, offset, partition_max_bytes) triples; read it with
+        ``receive_fetch``. min_bytes >= 1: Tansu answers min_bytes=0 with no partitions."""
+        P = FetchRequest.FetchTopic.FetchPartition
+        req = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        P(partition=p, fetch_offset=o, partition_max_bytes=m, log_start_offset=-1)
+                        for p, o, m in wanted
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        self.send("Fetch", req)
+
+    def receive_fetch(self) -> dict[int, FetchedPartition]:
+        resp = self.receive()
+        if getattr(resp, "error_code", 0):
+            raise_for_code(resp.error_code, "Fetch", cluster=self.cluster)
+        out: dict[int, FetchedPartition] = {}
+        for t in resp.responses:
+            for p in t.partitions:
+                out[p.partition_index] = FetchedPartition(
+                    p.partition_index,
+                    p.error_code,
+                    p.high_watermark,
+                    p.log_start_offset,
+                    p.records or b"",
+                )
+        return out
+
+    def fetch(
+        self, topic: str, wanted: list[tuple[int, int, int]], **kw: Any
+    ) -> dict[int, FetchedPartition]:
+        # Held like call(): on a shared connection, two threads' fetches must not swap answers.
+        with self._call_lock:
+            self.send_fetch(topic, wanted, **kw)
+            return self.receive_fetch()
+
+    def send_produce(
+        self,
+        topic: str,
+        batches: dict[int, bytes | bytearray],
+        *,
+        acks: int = -1,
+        timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
+    ) -> None:
+        """Send one Produce request with at most one batch per partition (Kafka's rule)."""
+        self.send_produce_many(
+            {topic: batches}, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id
+        )
+
+    def send_produce_many(
+        self,
+        batches: dict[str, dict[int, bytes | bytearray]],
+        *,
+        acks: int = -1,
+        timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
+    ) -> None:
+        """One Produce request for many topics and partitions, one batch per partition."""
+        D = ProduceRequest.TopicProduceData
+        req = ProduceRequest(
+            transactional_id=transactional_id,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[
+                D(
+                    name=topic,
+                    partition_data=[
+                        D.PartitionProduceData(index=p, records=b) for p, b in parts.items()
+                    ],
+                )
+                for topic, parts in batches.items()
+            ],
+        )
+        self.send("Produce", req)
+
+    def receive_produce_many(self) -> dict[tuple[str, int], ProducedPartition]:
+        resp = self.receive()
+        out: dict[tuple[str, int], ProducedPartition] = {}
+        for t in resp.responses:
+            for p in t.partition_responses:
+                out[(t.name, p.index)] = ProducedPartition(
+                    p.index,
+                    p.error_code,
+                    p.base_offset,
+                    getattr(p, "log_start_offset", -1),
+                    getattr(p, "error_message", None),
+                )
+        return out
+
+    def receive_produce(self) -> dict[int, ProducedPartition]:
+        """The answer to a ``send_produce`` (one topic), by partition."""
+        return {p: res for (_t, p), res in self.receive_produce_many().items()}
+
+    def init_producer_id(
+        self, transactional_id: str | None = None, timeout_ms: int = 60_000
+    ) -> tuple[int, int]:
+        code, pid, epoch = self.try_init_producer_id(transactional_id, timeout_ms)
+        raise_for_code(code, "InitProducerId", cluster=self.cluster)
+        return pid, epoch
+
+    def try_init_producer_id(
+        self, transactional_id: str | None = None, timeout_ms: int = 60_000
+    ) -> tuple[int, int, int]:
+        """(error code, producer id, epoch), for callers that retry coordinator errors."""
+        resp = self.call(
+            "InitProducerId",
+            InitProducerIdRequest(
+                transactional_id=transactional_id, transaction_timeout_ms=timeout_ms
+            ),
+        )
+        return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)

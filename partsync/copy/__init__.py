@@ -1,0 +1,2 @@
+"""One partition's verified shallow copy: fetchers, the in-order appender and its verifier,
+boundary agreement checks, the byte budget, the producer session and byte-rate throttles."""

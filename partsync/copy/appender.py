@@ -1,0 +1,202 @@
+"""The appender and its verifier: batches go to the local cluster strictly in offset order, and
+every answer must put the batch at exactly the source's offset.
+
+The appender walks a copy's chunk streams in order. At each chunk's first batch it compares the
+serving source's copy of the previous batch with what it appended last, so two sources that
+disagree are never mixed. Each batch is checked (no control/transactional batch, no compaction
+holes, no offset gap, the local topic stores it as sent), rewritten shallowly and submitted to
+the writer this process shares per local broker; a few requests may be in flight, with the
+idempotent sequence as ordering guard. The verifier reads the answers in send order: an error
+code, a fenced epoch or a base offset other than the source's stops the partition at once, and
+batches not yet sent are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from partsync._kafka import FENCED_CODES, broker_error
+from partsync.copy.context import CopyContext, Stop
+from partsync.copy.fetcher import END, ChunkStream
+from partsync.copy.producer import ProducerSession
+from partsync.errors import (
+    AppendMismatchError,
+    Cancelled,
+    ClusterError,
+    DivergenceError,
+    FencedError,
+    PartsyncError,
+    UnsafeError,
+)
+from partsync.io.writer import ProduceFuture
+from partsync.wire.batch import Batch, check_appendable, rewrite_for_append
+
+__all__ = ["append_in_order"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    base: int
+    next_offset: int
+    size: int
+    source: str
+    future: ProduceFuture
+
+
+def append_in_order(
+    ctx: CopyContext, streams: list[ChunkStream], last: Batch | None, session: ProducerSession
+) -> None:
+    """Append every stream's batches in order; returns when done, failed or stopped (the first
+    error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
+    writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
+                                     timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+    # Sent, unanswered Produce requests, in send order. A request is queued for the verifier
+    # only after it was sent (the verifier reads its answer at once); ``slots`` bounds how many
+    # are in flight (the broker dedupes idempotent retries over the last 5 only).
+    inflight: queue.Queue[_Sent | None] = queue.Queue()
+    slots = threading.BoundedSemaphore(ctx.opts.max_in_flight_requests)
+    verifier = threading.Thread(target=_verify, args=(ctx, inflight, slots), daemon=True,
+                                name=f"verify-{ctx.topic}-{ctx.partition}")  # fmt: skip
+    verifier.start()
+    pid, epoch, sequence = session.producer_id, session.epoch, session.sequence
+    expected = ctx.plan.local.end
+    last_source = ctx.local.name
+
+    def drop_unsent() -> bool:
+        """Batches submitted but not yet sent are dropped once an append failed or went to the
+        wrong offset (stop writing at once) or a stop was requested. A refusal of a *later*
+        batch does not drop them: what came before it is still the source's data, in order."""
+        return ctx.append_failed.is_set() or ctx.external_stop.is_set()
+
+    try:
+        for stream in streams:
+            ctx.budget.advance(stream.index)
+            source = stream.chunk.source
+            first = True
+            while True:
+                ctx.check_running()
+                try:
+                    item = stream.items.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if item is END:
+                    break  # an empty chunk (a straddling batch covered it) has nothing to check
+                assert isinstance(item, Batch)
+                b = item
+                if first:
+                    first = False
+                    _check_agreement(stream, last, last_source)
+                if b.base_offset != expected:
+                    raise UnsafeError(
+                        f"offset gap: the next batch from {source} starts at {b.base_offset} "
+                        f"but the local log end is {expected} (records removed by compaction "
+                        "or deletion cannot be recreated by producing)",
+                        cluster=source, offset=expected,
+                    )  # fmt: skip
+                try:
+                    check_appendable(b)
+                    ctx.rules.check(b)
+                except UnsafeError as e:
+                    e.cluster = e.cluster or source
+                    raise
+                data = rewrite_for_append(b, pid, epoch, sequence)
+                sequence = (sequence + b.record_count) & 0x7FFFFFFF
+                while not slots.acquire(timeout=0.5):
+                    ctx.check_running()
+                ctx.check_running()
+                fut = writer.submit(ctx.topic, ctx.partition, data, drop_unsent)
+                inflight.put(_Sent(b.base_offset, b.next_offset, b.size, source, fut))
+                expected = b.next_offset
+                last, last_source = b, source
+    except Stop:
+        pass
+    except PartsyncError as e:
+        ctx.fail(e)
+    finally:
+        # The verifier reads every outstanding answer, then stops. Requests sent before a
+        # failure may well have been appended: they are verified and counted like any other,
+        # so the result shows where the local log really ends.
+        deadline = time.monotonic() + ctx.opts.produce_timeout_ms / 1000 + 5
+        inflight.put(None)
+        verifier.join(timeout=max(0.0, deadline - time.monotonic()))
+        ctx.budget.close()
+        ctx.close_all()
+        verifier.join(timeout=5)
+        # Only a clean copy leaves the broker's sequence where we think it is.
+        session.sequence = sequence
+        session.usable = ctx.error is None and not verifier.is_alive()
+
+
+def _check_agreement(stream: ChunkStream, last: Batch | None, last_source: str) -> None:
+    """Before using a chunk's source, its copy of the previous batch must equal ours."""
+    b = stream.boundary
+    if b is None or last is None:
+        return
+    if b.base_offset != last.base_offset or b.digest() != last.digest():
+        raise DivergenceError(
+            f"sources disagree: {stream.chunk.source}'s batch {b.base_offset}..{b.last_offset} "
+            f"differs from {last_source}'s batch {last.base_offset}..{last.last_offset} already "
+            "appended; refusing to mix them",
+            cluster=stream.chunk.source, offset=b.base_offset,
+        )  # fmt: skip
+
+
+def _verify(
+    ctx: CopyContext, inflight: queue.Queue[_Sent | None], slots: threading.BoundedSemaphore
+) -> None:
+    answer_timeout = ctx.opts.produce_timeout_ms / 1000 + 10
+    where: dict[str, Any] = {
+        "cluster": ctx.local.name,
+        "topic": ctx.topic,
+        "partition": ctx.partition,
+    }
+    try:
+        while True:
+            sent = inflight.get()
+            if sent is None:
+                return
+            base, nxt = sent.base, sent.next_offset
+            try:
+                res = sent.future.result(answer_timeout)
+            except Cancelled:
+                continue  # dropped unsent because the partition had already stopped
+            except PartsyncError as e:
+                if e.topic is None:
+                    e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
+                raise
+            finally:
+                slots.release()
+                ctx.budget.release(sent.size)
+            if res is None:
+                raise ClusterError("Produce response lacks the partition", offset=base, **where)
+            if res.error_code in FENCED_CODES:
+                raise FencedError(
+                    f"append of batch {base}..{nxt - 1} was refused: another partsync writer "
+                    "of this partition has a newer producer epoch; stopped writing it",
+                    offset=base, **where,
+                )  # fmt: skip
+            if res.error_code:
+                detail = f" ({res.error_message})" if res.error_message else ""
+                raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
+                                   offset=base, **where)  # fmt: skip
+            if res.base_offset != base:
+                raise AppendMismatchError(
+                    f"batch from {sent.source} with base offset {base} landed at offset "
+                    f"{res.base_offset}: another writer or a changed log; stopped writing",
+                    offset=base, **where,
+                )  # fmt: skip
+            ctx.confirmed(sent.source, sent.size, nxt)
+    except PartsyncError as e:
+        ctx.append_failed.set()
+        ctx.fail(e)
+    except Exception as e:
+        ctx.append_failed.set()
+        log.exception("verifier failed")
+        ctx.fail(PartsyncError(f"verifier crashed: {e!r}", cluster=ctx.local.name))

@@ -1,0 +1,73 @@
+"""Agreement checks before anything is written: the local log's last batch and every serving
+source's copy of it must be the same batch, and serving sources must agree with each other."""
+
+from __future__ import annotations
+
+from partsync.copy.context import CopyContext
+from partsync.errors import DivergenceError, UnsafeError
+from partsync.io.reader import batch_at
+from partsync.wire.batch import Batch
+
+__all__ = ["check_local_boundary", "check_sources_agree"]
+
+
+def _batch_on(ctx: CopyContext, name: str, offset: int) -> Batch:
+    cluster = ctx.local if name == ctx.local.name else ctx.sources[name]
+    return batch_at(ctx.open(cluster), name, ctx.topic, ctx.partition, offset)
+
+
+def check_sources_agree(ctx: CopyContext) -> None:
+    """Serving sources must hold the same batch at the last offset they all have.
+
+    Histories that diverged anywhere before it differ there too (a batch digest covers its
+    absolute offsets and record bytes), so this catches most disagreements before anything
+    is written; chunk boundary checks catch the rest before two sources are mixed.
+    """
+    plan = ctx.plan
+    serving = list(plan.serving)
+    if len(serving) < 2:
+        return
+    bounds = [plan.sources[n] for n in serving]
+    common = min(b.end for b in bounds) - 1
+    if common < max(b.log_start for b in bounds) or common < plan.local.end:
+        return
+    ref_name, ref = serving[0], None
+    for name in serving:
+        b = _batch_on(ctx, name, common)
+        if ref is None:
+            ref = b
+        elif b.base_offset != ref.base_offset or b.digest() != ref.digest():
+            raise DivergenceError(
+                f"sources disagree: {name}'s batch {b.base_offset}..{b.last_offset} differs from "
+                f"{ref_name}'s batch {ref.base_offset}..{ref.last_offset} at offset {common}; "
+                "refusing to copy from sources that disagree",
+                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=common,
+            )  # fmt: skip
+
+
+def check_local_boundary(ctx: CopyContext) -> Batch | None:
+    """The local batch ending at local_end-1, after every serving source agreed on it."""
+    check_sources_agree(ctx)
+    plan = ctx.plan
+    local_end = plan.local.end
+    if local_end == 0 or local_end <= plan.local.log_start:
+        return None
+    mine = _batch_on(ctx, ctx.local.name, local_end - 1)
+    if mine.last_offset != local_end - 1:
+        raise UnsafeError(
+            f"local batch {mine.base_offset}..{mine.last_offset} does not end at the local log "
+            f"end {local_end}",
+            cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
+        )  # fmt: skip
+    for name in plan.serving:
+        if not plan.sources[name].holds(local_end - 1):
+            continue  # that source no longer has it: nothing to compare
+        theirs = _batch_on(ctx, name, local_end - 1)
+        if theirs.digest() != mine.digest():
+            raise DivergenceError(
+                f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "
+                f"differs from {name}'s batch {theirs.base_offset}..{theirs.last_offset} that "
+                f"holds offset {local_end - 1}",
+                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
+            )  # fmt: skip
+    return mine

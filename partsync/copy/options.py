@@ -1,0 +1,36 @@
+"""Knobs of one partition copy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CopyOptions"]
+
+
+@dataclass(frozen=True)
+class CopyOptions:
+    max_in_flight_bytes: int = 64 << 20
+    fetch_max_bytes: int = 8 << 20
+    max_in_flight_requests: int = 5
+    connections_per_broker: int = 1
+    produce_timeout_ms: int = 30_000
+    fetch_wait_ms: int = 500
+    # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster
+    # caps come from the cluster's config (ClusterRef.max_bytes_per_sec).
+    max_bytes_per_sec: int | None = None
+    # Fence other partsync writers of the same local partition (see ``producer.transactional_id``).
+    fencing: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight_bytes < 1 << 16:
+            raise ValueError("max_in_flight_bytes must be at least 64 KiB")
+        if self.connections_per_broker < 1:
+            raise ValueError("connections_per_broker must be at least 1")
+
+    @property
+    def fetch_bytes(self) -> int:
+        size = max(1 << 16, min(self.fetch_max_bytes, self.max_in_flight_bytes // 4))
+        if self.max_bytes_per_sec:
+            # Fetch about a second's worth at a time so a throttled copy flows evenly.
+            size = min(size, max(1 << 16, self.max_bytes_per_sec))
+        return size

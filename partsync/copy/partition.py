@@ -1,0 +1,111 @@
+"""Execute one partition's plan, shallowly and verified: ``copy_partition``.
+
+1. ``boundary``: before writing anything, every source that will serve a chunk must agree with
+   the local log at its end (and with each other), else the partition is refused.
+2. ``fetcher``: threads fetch chunks as raw, CRC-checked batches under a byte budget.
+3. ``appender``: batches are appended strictly in offset order and every answer is verified to
+   put the batch at exactly the source's offset; on any mismatch writing stops at once.
+
+The local log end is the checkpoint: after a crash, running again resumes from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from partsync.copy.appender import append_in_order
+from partsync.copy.boundary import check_local_boundary
+from partsync.copy.context import CopyContext, ProgressFn
+from partsync.copy.fetcher import ChunkStream, start_fetchers
+from partsync.copy.options import CopyOptions
+from partsync.copy.producer import ProducerSession, open_producer
+from partsync.errors import FencedError, PartsyncError, UnsafeError
+from partsync.io.cluster import Cluster
+from partsync.plan.comparator import Condition, PartitionPlan
+from partsync.plan.results import PartitionResult, Status
+from partsync.plan.topic_rules import LocalTopicRules
+
+__all__ = ["copy_partition"]
+
+log = logging.getLogger(__name__)
+
+
+def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession | None:
+    last = check_local_boundary(ctx)
+    streams = [ChunkStream(c, i) for i, c in enumerate(ctx.plan.chunks)]
+    fetchers = start_fetchers(ctx, streams)
+    try:
+        # The caller's session (an owner continues its own), else a new one for this copy,
+        # which also fences any other writer of the partition.
+        if producer is None or not producer.usable:
+            producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
+        append_in_order(ctx, streams, last, producer)
+    finally:
+        ctx.budget.close()
+        ctx.close_all()
+        for t in fetchers:
+            t.join(timeout=5)
+    return producer
+
+
+def copy_partition(
+    plan: PartitionPlan,
+    sources: Mapping[str, Cluster],
+    local: Cluster,
+    opts: CopyOptions = CopyOptions(),
+    rules: LocalTopicRules = LocalTopicRules(),
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+    producer: ProducerSession | None = None,
+) -> PartitionResult:
+    """Execute ``plan`` for one partition and report what happened (never raises PartsyncError).
+
+    ``producer`` continues an owner's session; it is marked unusable if anything went wrong."""
+    base = PartitionResult(
+        topic=plan.topic,
+        partition=plan.partition,
+        status=Status.IN_SYNC,
+        local_end_before=plan.local.end,
+        local_end_after=plan.local.end,
+        target_end=plan.target_end,
+    )
+    if plan.condition is Condition.IN_SYNC:
+        return base
+    if plan.condition is Condition.UNSAFE:
+        return base.with_status(Status.UNSAFE, plan.reason)
+    started = time.monotonic()
+    ctx = CopyContext(plan, sources, local, opts, rules, progress, stop)
+    try:
+        _run(ctx, producer)
+    except PartsyncError as e:
+        ctx.fail(e)
+    except Exception as e:
+        log.exception("copy of %s-%d failed", plan.topic, plan.partition)
+        ctx.fail(PartsyncError(f"unexpected failure: {e!r}"))
+    finally:
+        ctx.close_all()
+    if producer is not None and ctx.error is not None:
+        producer.usable = False
+    result = base.with_copy(
+        local_end_after=ctx.confirmed_end,
+        batches=ctx.batches,
+        bytes=ctx.bytes,
+        bytes_by_source=dict(ctx.bytes_by_source),
+        batches_by_source=dict(ctx.batches_by_source),
+        seconds=time.monotonic() - started,
+        peak_buffered_bytes=ctx.budget.peak,
+    )
+    if ctx.error is not None:
+        status = (Status.UNSAFE if isinstance(ctx.error, UnsafeError)
+                  else Status.HANDED_OVER if isinstance(ctx.error, FencedError)
+                  else Status.ERROR)  # fmt: skip
+        return result.with_status(status, str(ctx.error), ctx.error)
+    if ctx.confirmed_end != plan.target_end:
+        return result.with_status(
+            Status.ERROR,
+            f"copy ended at offset {ctx.confirmed_end}, planned {plan.target_end}",
+        )
+    return result.with_status(Status.SYNCED, None)

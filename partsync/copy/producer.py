@@ -1,0 +1,43 @@
+"""The producer identity a partition is appended with, and the fencing that goes with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from partsync.io.cluster import Cluster
+
+__all__ = ["ProducerSession", "open_producer", "transactional_id"]
+
+
+def transactional_id(topic: str, partition: int) -> str:
+    """The transactional id every partsync writer of a local partition initialises with.
+
+    It names the local partition only (not the group or the run), so any two partsync
+    processes writing it fence each other: the later InitProducerId bumps the producer epoch and
+    the broker rejects the earlier writer's appends. ':' cannot occur in a topic name.
+    """
+    return f"partsync:{topic}:{partition}"
+
+
+@dataclass
+class ProducerSession:
+    """The idempotent producer identity one owner appends a partition with.
+
+    An owner keeps one session for as long as it owns the partition (one epoch bump per
+    ownership, not per round) and continues its sequence; a session that saw a failure is
+    discarded, since the broker's sequence state is then unknown.
+    """
+
+    producer_id: int
+    epoch: int
+    sequence: int = 0
+    usable: bool = True
+
+
+def open_producer(
+    local: Cluster, topic: str, partition: int, fencing: bool = True
+) -> ProducerSession:
+    """A new producer identity for appending the partition: with ``fencing``, under the
+    partition's transactional id, which fences every earlier writer of it."""
+    pid, epoch = local.init_producer_id(transactional_id(topic, partition) if fencing else None)
+    return ProducerSession(pid, epoch)

@@ -1,0 +1,256 @@
+"""A connected cluster: bootstrap, metadata, leaders, partition bounds, topic admin.
+
+Wraps the adapter's ``Connection`` with what partsync needs from a whole cluster. One-off
+requests go over a shared connection per broker (thread-safe ``call``); copy pipelines open
+their own dedicated connections with ``connect_leader``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self, TypeVar
+
+from partsync._kafka import (
+    COORDINATOR_RETRY_CODES,
+    TXN_KEY,
+    BrokerInfo,
+    Connection,
+    ErrorCode,
+    Metadata,
+    TopicMeta,
+    broker_error,
+    error_name,
+)
+from partsync.config import ClusterRef
+from partsync.errors import ClusterError, TopicError
+from partsync.io import topic_admin
+from partsync.io.bounds import read_bounds
+from partsync.io.writer import SharedWriter
+from partsync.plan.comparator import Bounds
+from partsync.retry import Backoff
+
+__all__ = ["Cluster", "TopicInfo"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    leaders: dict[int, int]
+
+
+class Cluster:
+    def __init__(self, ref: ClusterRef, *, timeout: float = 30.0) -> None:
+        self.ref = ref
+        self.name = ref.name
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._conns: dict[int, Connection] = {}
+        self._writers: dict[int, SharedWriter] = {}
+        self._bootstrap: Connection | None = None
+        self._metadata: Metadata | None = None
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _connect(self, host: str, port: int, timeout: float | None = None) -> Connection:
+        return Connection(
+            host,
+            port,
+            cluster=self.name,
+            client_id=self.ref.client_id,
+            security=self.ref.security,
+            timeout=self.timeout if timeout is None else timeout,
+        )
+
+    def _bootstrap_conn(self) -> Connection:
+        if self._bootstrap is not None and not self._bootstrap.closed:
+            return self._bootstrap
+        errors = []
+        for host, port in self.ref.bootstrap_servers:
+            try:
+                self._bootstrap = self._connect(host, port)
+                return self._bootstrap
+            except ClusterError as e:
+                errors.append(e.reason)
+        raise ClusterError(
+            f"cluster unreachable (bootstrap {self.ref.bootstrap}): {'; '.join(errors)}",
+            cluster=self.name,
+        )
+
+    def broker_conn(self, node_id: int) -> Connection:
+        """The shared connection to one broker, for one-off requests."""
+        with self._lock:
+            conn = self._conns.get(node_id)
+            if conn is None or conn.closed:  # a dropped connection is replaced, not reused
+                info = self.metadata().brokers.get(node_id)
+                if info is None:
+                    raise ClusterError(
+                        f"broker {node_id} is not in the cluster metadata", cluster=self.name
+                    )
+                conn = self._connect(info.host, info.port)
+                self._conns[node_id] = conn
+            return conn
+
+    def connect_to(self, broker: BrokerInfo, *, timeout: float | None = None) -> Connection:
+        """A new dedicated connection to ``broker`` (for blocking calls such as JoinGroup)."""
+        return self._connect(broker.host, broker.port, timeout)
+
+    def find_coordinator(
+        self, key: str, key_type: int, *, timeout: float = 30.0
+    ) -> tuple[int, BrokerInfo | None]:
+        """(error code, coordinator) of a group or transactional id. A coordinator that is
+        loading, not available yet or moved is asked for again until ``timeout``; the last error
+        code comes back when it runs out (or at once for any other error)."""
+        backoff = Backoff(0.1, 1.0, deadline=timeout)
+        while True:
+            code, coord = self._bootstrap_call(lambda c: c.find_coordinator(key, key_type))
+            if not code or code not in COORDINATOR_RETRY_CODES or not backoff.wait():
+                return code, coord
+
+    def init_producer_id(
+        self, transactional_id: str | None, *, timeout: float = 30.0
+    ) -> tuple[int, int]:
+        """A producer id and epoch; with a transactional id, from that id's transaction
+        coordinator (which bumps the epoch and so fences the id's previous holder).
+
+        A coordinator that is loading or moved is asked again until ``timeout``: a cluster's
+        first transactional id creates ``__transaction_state``, which takes a few seconds.
+        """
+        if transactional_id is None:
+            return self.broker_conn(self._any_broker()).init_producer_id()
+        backoff = Backoff(0.2, 1.0, deadline=timeout)
+        while True:
+            code, coord = self.find_coordinator(transactional_id, TXN_KEY,
+                                                timeout=backoff.remaining or 0.0)  # fmt: skip
+            if not code and coord is not None:
+                # The coordinator found may have moved by the time it is asked: ask again.
+                code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(
+                    transactional_id
+                )
+                if not code:
+                    return pid, epoch
+            if code not in COORDINATOR_RETRY_CODES or not backoff.wait():
+                raise broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
+                                   cluster=self.name)  # fmt: skip
+
+    def _any_broker(self) -> int:
+        return min(self.metadata().brokers)
+
+    def connect_leader(self, topic: str, partition: int) -> Connection:
+        """A new dedicated connection to a partition's leader (for a copy pipeline)."""
+        leader = self.leader(topic, partition)
+        info = self.metadata().brokers[leader]
+        return self._connect(info.host, info.port)
+
+    def shared_writer(
+        self, topic: str, partition: int, *, timeout_ms: int = 30_000
+    ) -> SharedWriter:
+        """The writer shared by every partition copy of this process whose leader is the same
+        broker (many partitions per Produce request); a broken one is replaced."""
+        leader = self.leader(topic, partition)
+        with self._lock:
+            w = self._writers.get(leader)
+            if w is not None and not w.broken:
+                return w
+        info = self.metadata().brokers[leader]
+        fresh = SharedWriter(self._connect(info.host, info.port), timeout_ms=timeout_ms)
+        with self._lock:
+            current = self._writers.get(leader)
+            if current is not None and not current.broken:
+                stale: SharedWriter | None = fresh  # another thread replaced it first
+            else:
+                stale, current = current, fresh
+                self._writers[leader] = fresh
+        if stale is not None:
+            stale.close()
+        return current
+
+    def close(self) -> None:
+        with self._lock:
+            writers = list(self._writers.values())
+            self._writers.clear()
+        for w in writers:
+            w.close()
+        with self._lock:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
+            if self._bootstrap is not None:
+                self._bootstrap.close()
+                self._bootstrap = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def _bootstrap_call(self, fn: Callable[[Connection], _T]) -> _T:
+        """``fn`` over the bootstrap connection, forgotten if it failed (the next call reconnects)."""
+        conn = self._bootstrap_conn()
+        try:
+            return fn(conn)
+        except ClusterError:
+            self._bootstrap = None
+            raise
+
+    def metadata(self, refresh: bool = False) -> Metadata:
+        if self._metadata is None or refresh:
+            self._metadata = self._bootstrap_call(lambda c: c.metadata(None))
+        return self._metadata
+
+    def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
+        """Partition count and leaders, or None when the topic does not exist."""
+        md = self.metadata(refresh=refresh)
+        t: TopicMeta | None = md.topics.get(name)
+        if t is None or t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        if t.error_code:
+            raise ClusterError(
+                f"metadata for the topic failed: {error_name(t.error_code)}",
+                cluster=self.name,
+                topic=name,
+            )
+        leaders = {}
+        for p, pm in sorted(t.partitions.items()):
+            if pm.leader < 0:
+                raise ClusterError(
+                    "partition has no leader", cluster=self.name, topic=name, partition=p
+                )
+            leaders[p] = pm.leader
+        return TopicInfo(name, len(t.partitions), leaders)
+
+    def leader(self, topic: str, partition: int) -> int:
+        info = self.topic(topic)
+        if info is None or partition not in info.leaders:
+            raise TopicError(
+                "topic or partition does not exist",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+            )
+        return info.leaders[partition]
+
+    # -- bounds and topic admin (io/bounds.py, io/topic_admin.py) ------------------------------
+
+    def bounds(self, topic: str, partitions: list[int]) -> dict[int, Bounds]:
+        """Log start and high watermark of each partition (``io.bounds.read_bounds``)."""
+        return read_bounds(self, topic, partitions)
+
+    def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
+        """The identity-relevant topic configs and warnings (``io.topic_admin``)."""
+        return topic_admin.topic_configs(self, topic)
+
+    def create_topic(
+        self, topic: str, partitions: int, configs: dict[str, str], replication: int = -1
+    ) -> None:
+        """Create a topic and wait until it has leaders (``io.topic_admin``)."""
+        topic_admin.create_topic(self, topic, partitions, configs, replication)

@@ -1,0 +1,153 @@
+"""The one fetch-and-walk loop: read a partition's batches over ``[start, end)`` from one broker.
+
+Copy fetchers, boundary checks and diff all read through here, so the rules are written once:
+a missing partition or an error code in the answer is an error naming the cluster, topic,
+partition and offset; every batch's CRC32C is checked; a fetch begins at the batch that
+*contains* the fetch offset (it may start below it) and a truncated tail batch is dropped and
+fetched whole next time; a fetch that returns no whole batch grows its size (a batch bigger than
+the fetch size) unless the high watermark moved back below the offset (truncation, a leader
+change), which is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from partsync._kafka import PROBE_WAIT_MS, Connection, FetchedPartition, fetch_error
+from partsync.errors import ClusterError, CorruptBatchError
+from partsync.wire.batch import Batch, iter_batches
+
+__all__ = ["MAX_FETCH_BYTES", "Fetched", "batch_at", "checked", "read_batches", "read_fetches"]
+
+# The largest single fetch the reader grows to when a batch does not fit.
+MAX_FETCH_BYTES = 64 << 20
+_PROBE_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One fetch's answer: the whole batches it held inside the range, the bytes the broker
+    sent, and the size the fetch asked for (what a byte budget reserved for it)."""
+
+    batches: list[Batch]
+    received: int
+    requested: int
+
+
+def checked(
+    f: FetchedPartition | None, *, cluster: str, topic: str, partition: int, offset: int
+) -> FetchedPartition:
+    """The partition's part of a Fetch answer, or the error it stands for."""
+    if f is None:
+        raise ClusterError(
+            "fetch returned no data for the partition",
+            cluster=cluster, topic=topic, partition=partition, offset=offset,
+        )  # fmt: skip
+    if f.error_code:
+        raise fetch_error(cluster, topic, partition, offset, f.error_code)
+    return f
+
+
+def _verified(
+    f: FetchedPartition, start: int, cluster: str, topic: str, partition: int
+) -> Iterator[Batch]:
+    for b in iter_batches(f.records, start=start):
+        if not b.crc_ok():
+            raise CorruptBatchError(
+                f"stored batch {b.base_offset}..{b.last_offset} fails its CRC32C check "
+                f"(stored {b.crc:#010x})",
+                cluster=cluster, topic=topic, partition=partition, offset=b.base_offset,
+            )  # fmt: skip
+        yield b
+
+
+def read_fetches(
+    conn: Connection,
+    cluster: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    fetch_bytes: int,
+    wait_ms: int = PROBE_WAIT_MS,
+    before_fetch: Callable[[int], None] | None = None,
+) -> Iterator[Fetched]:
+    """Every batch overlapping ``[start, end)``, one fetch's worth at a time, CRC-checked.
+
+    ``before_fetch(size)`` runs before each fetch (a byte budget reserves ``size`` there, or a
+    stopping copy raises). The loop ends after the batch that reaches ``end`` or at the first
+    batch whose base offset is ``end`` or beyond.
+    """
+    offset = start
+    size = fetch_bytes
+    while offset < end:
+        if before_fetch is not None:
+            before_fetch(size)
+        fetched = conn.fetch(
+            topic, [(partition, offset, size)], max_wait_ms=wait_ms, min_bytes=1, max_bytes=size
+        )
+        f = checked(fetched.get(partition), cluster=cluster, topic=topic, partition=partition,
+                    offset=offset)  # fmt: skip
+        got: list[Batch] = []
+        done = False
+        for b in _verified(f, offset, cluster, topic, partition):
+            if b.base_offset >= end:
+                done = True
+                break
+            got.append(b)
+            offset = b.next_offset
+            if offset >= end:
+                done = True
+                break
+        yield Fetched(got, len(f.records), size)
+        if done:
+            return
+        if not got:
+            if 0 <= f.high_watermark <= offset:
+                raise ClusterError(
+                    f"high watermark {f.high_watermark} fell below the range end {end} "
+                    "(truncated, or the leader changed)",
+                    cluster=cluster, topic=topic, partition=partition, offset=offset,
+                )  # fmt: skip
+            if size >= MAX_FETCH_BYTES:
+                raise ClusterError(
+                    f"fetch returned no whole batch even with {size} bytes",
+                    cluster=cluster, topic=topic, partition=partition, offset=offset,
+                )  # fmt: skip
+            size = min(MAX_FETCH_BYTES, size * 4)  # a batch bigger than the fetch size
+
+
+def read_batches(
+    conn: Connection,
+    cluster: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    fetch_bytes: int,
+    wait_ms: int = PROBE_WAIT_MS,
+    counter: list[int] | None = None,
+) -> Iterator[Batch]:
+    """``read_fetches`` one batch at a time; ``counter[0]`` adds up the batch bytes read."""
+    for fetched in read_fetches(conn, cluster, topic, partition, start, end,
+                                fetch_bytes=fetch_bytes, wait_ms=wait_ms):  # fmt: skip
+        for b in fetched.batches:
+            if counter is not None:
+                counter[0] += b.size
+            yield b
+
+
+def batch_at(conn: Connection, cluster: str, topic: str, partition: int, offset: int) -> Batch:
+    """The batch holding ``offset`` on one cluster (CRC-checked)."""
+    for b in read_batches(conn, cluster, topic, partition, offset, offset + 1,
+                          fetch_bytes=_PROBE_BYTES):  # fmt: skip
+        if b.base_offset <= offset <= b.last_offset:
+            return b
+        break
+    raise ClusterError(
+        f"no batch holding offset {offset} was returned",
+        cluster=cluster, topic=topic, partition=partition, offset=offset,
+    )  # fmt: skip

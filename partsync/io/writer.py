@@ -1,0 +1,230 @@
+"""A shared writer per local broker: many partitions' batches in one Produce request.
+
+Partition copies submit rewritten batches; the writer packs whatever is waiting into Produce
+requests with at most one batch per partition (Apache Kafka's rule for client appends), keeps a
+few requests in flight on one connection, and hands each partition's answer back through a
+``ProduceFuture`` that the partition's own verifier checks (base offset, error code). Each
+partition's batches go out in submission order, one request after another, so the idempotent
+sequence still orders them; a partition that has stopped (``cancelled()``) has its waiting
+batches dropped, never sent.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from partsync._kafka import Connection, ProducedPartition
+from partsync.errors import Cancelled, ClusterError, PartsyncError
+
+__all__ = ["ProduceFuture", "SharedWriter"]
+
+
+class ProduceFuture:
+    __slots__ = ("_error", "_event", "_value")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._value: ProducedPartition | None = None
+        self._error: PartsyncError | None = None
+
+    def set(
+        self, value: ProducedPartition | None = None, error: PartsyncError | None = None
+    ) -> None:
+        self._value, self._error = value, error
+        self._event.set()
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def result(self, timeout: float) -> ProducedPartition | None:
+        """The broker's answer for this partition; raises the failure, or ClusterError on timeout."""
+        if not self._event.wait(timeout):
+            raise ClusterError(f"no Produce answer within {timeout:.0f}s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+@dataclass
+class _Submission:
+    topic: str
+    partition: int
+    data: bytes | bytearray
+    cancelled: Callable[[], bool]
+    future: ProduceFuture
+
+
+class SharedWriter:
+    """Produce requests for many partitions over one connection to one broker."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        max_in_flight: int = 5,
+        max_request_bytes: int = 16 << 20,
+        timeout_ms: int = 30_000,
+    ) -> None:
+        self._conn = conn
+        self._timeout_ms = timeout_ms
+        self._max_request_bytes = max_request_bytes
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[_Submission] = collections.deque()
+        self._sent: collections.deque[list[_Submission] | None] = collections.deque()
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._broken: PartsyncError | None = None
+        self._closed = False
+        self.requests = 0
+        self.batches = 0
+        self._sender = threading.Thread(target=self._send_loop, daemon=True, name="writer-send")
+        self._receiver = threading.Thread(
+            target=self._receive_loop, daemon=True, name="writer-recv"
+        )
+        self._sender.start()
+        self._receiver.start()
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None or self._closed
+
+    def submit(
+        self, topic: str, partition: int, data: bytes | bytearray, cancelled: Callable[[], bool]
+    ) -> ProduceFuture:
+        fut = ProduceFuture()
+        with self._cv:
+            if self._broken is not None or self._closed:
+                fut.set(
+                    error=self._broken or ClusterError("writer closed", cluster=self._conn.cluster)
+                )
+                return fut
+            self._waiting.append(_Submission(topic, partition, data, cancelled, fut))
+            self._cv.notify_all()
+        return fut
+
+    def _next_request(self) -> list[_Submission]:
+        """Take the waiting batches that may share one request: the first of each partition, in
+        submission order, up to the size cap. Caller holds the condition."""
+        taken: list[_Submission] = []
+        seen: set[tuple[str, int]] = set()
+        size = 0
+        keep: collections.deque[_Submission] = collections.deque()
+        while self._waiting:
+            s = self._waiting.popleft()
+            key = (s.topic, s.partition)
+            if s.cancelled():
+                s.future.set(error=Cancelled("partition stopped; batch not sent"))
+                continue
+            if key in seen or (taken and size + len(s.data) > self._max_request_bytes):
+                keep.append(s)
+                seen.add(key)  # later batches of this partition must wait behind this one
+                continue
+            seen.add(key)
+            taken.append(s)
+            size += len(s.data)
+        self._waiting = keep
+        return taken
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                if not self._slots.acquire(timeout=0.5):
+                    if self.broken:
+                        return
+                    continue
+                with self._cv:
+                    while not self._waiting and not self._closed and self._broken is None:
+                        self._cv.wait(0.5)
+                    if self._broken is not None or (self._closed and not self._waiting):
+                        self._slots.release()
+                        return
+                    batch = self._next_request()
+                if not batch:
+                    self._slots.release()
+                    continue
+                by_topic: dict[str, dict[int, bytes | bytearray]] = {}
+                for s in batch:
+                    by_topic.setdefault(s.topic, {})[s.partition] = s.data
+                try:
+                    self._conn.send_produce_many(by_topic, acks=-1, timeout_ms=self._timeout_ms)
+                except BaseException as e:
+                    err = (
+                        e
+                        if isinstance(e, PartsyncError)
+                        else ClusterError(
+                            f"sending Produce failed: {e!r}", cluster=self._conn.cluster
+                        )
+                    )
+                    for s in batch:
+                        s.future.set(error=err)
+                    raise
+                # Handed to the receiver only once sent: the connection matches answers to
+                # requests in send order.
+                with self._cv:
+                    self._sent.append(batch)
+                    self._cv.notify_all()
+                self.requests += 1
+                self.batches += len(batch)
+        except PartsyncError as e:
+            self._break(e)
+        except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
+            self._break(ClusterError(f"writer crashed: {e!r}", cluster=self._conn.cluster))
+        finally:
+            with self._cv:
+                self._sent.append(None)  # tells the receiver nothing more will be sent
+                self._cv.notify_all()
+
+    def _receive_loop(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._sent:
+                        self._cv.wait(0.5)
+                    batch = self._sent.popleft()
+                if batch is None:
+                    return
+                try:
+                    answers = self._conn.receive_produce_many()
+                finally:
+                    self._slots.release()
+                for s in batch:
+                    res = answers.get((s.topic, s.partition))
+                    if res is None:
+                        s.future.set(
+                            error=ClusterError(
+                                "Produce response lacks the partition",
+                                cluster=self._conn.cluster,
+                                topic=s.topic,
+                                partition=s.partition,
+                            )
+                        )
+                    else:
+                        s.future.set(res)
+        except PartsyncError as e:
+            self._break(e)
+        except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
+            self._break(ClusterError(f"writer crashed: {e!r}", cluster=self._conn.cluster))
+
+    def _break(self, err: PartsyncError) -> None:
+        """Fail every batch not yet answered; the connection is unusable from here on."""
+        with self._cv:
+            if self._broken is None:
+                self._broken = err
+            pending = [s for b in self._sent if b for s in b] + list(self._waiting)
+            self._sent.clear()
+            self._waiting.clear()
+            self._cv.notify_all()
+        for s in pending:
+            if not s.future.done():
+                s.future.set(error=err)
+        self._conn.close()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._sender.join(timeout=self._timeout_ms / 1000 + 5)
+        self._receiver.join(timeout=self._timeout_ms / 1000 + 5)
+        self._conn.close()

@@ -1,0 +1,118 @@
+"""Result objects returned by the per-partition task (and shipped back from Spark tasks).
+
+Plain frozen dataclasses with ``to_dict()``: the CLI renders them, ``--json`` prints them, and
+they pickle for Spark. The JSON shape is a contract other tools script against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from partsync.errors import ExitStatus, PartsyncError
+
+__all__ = ["PartitionResult", "Status", "SyncReport", "TopicResult"]
+
+
+class Status(str, enum.Enum):
+    IN_SYNC = "in-sync"
+    SYNCED = "synced"
+    UNSAFE = "unsafe"
+    ERROR = "error"
+    # Another partsync writer took the partition over (a newer producer epoch fenced this one,
+    # or a group rebalance moved it): this process stopped writing it. Not a failure.
+    HANDED_OVER = "handed-over"
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    topic: str
+    partition: int
+    status: Status
+    local_end_before: int
+    local_end_after: int
+    target_end: int
+    batches: int = 0
+    bytes: int = 0
+    bytes_by_source: dict[str, int] = field(default_factory=dict)
+    batches_by_source: dict[str, int] = field(default_factory=dict)
+    reason: str | None = None
+    # The error behind an error/unsafe/handed-over status, with its structured fields (it
+    # pickles, so Spark tasks ship it back).
+    error: PartsyncError | None = None
+    seconds: float = 0.0
+    peak_buffered_bytes: int = 0
+
+    def with_status(
+        self, status: Status, reason: str | None, error: PartsyncError | None = None
+    ) -> PartitionResult:
+        return dataclasses.replace(self, status=status, reason=reason, error=error)
+
+    @property
+    def retriable(self) -> bool:
+        """An error that a later attempt may not meet (a broker hiccup, a lost connection)."""
+        return self.status is Status.ERROR and self.error is not None and self.error.retriable
+
+    def with_copy(self, **changes: Any) -> PartitionResult:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "status": self.status.value,
+            "local_end_before": self.local_end_before,
+            "local_end_after": self.local_end_after,
+            "target_end": self.target_end,
+            "batches": self.batches,
+            "bytes": self.bytes,
+            "bytes_by_source": dict(self.bytes_by_source),
+            "batches_by_source": dict(self.batches_by_source),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    topic: str
+    partitions: tuple[PartitionResult, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda r: r.partition)],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    topics: tuple[TopicResult, ...]
+    seconds: float = 0.0
+    # Why the run stopped before catching up, if it did: "deadline" or "signal".
+    stopped: str | None = None
+
+    def all_partitions(self) -> list[PartitionResult]:
+        return [p for t in self.topics for p in t.partitions]
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins);
+        4 the deadline stopped the run before it caught up; 1 any other failure (rerun)."""
+        statuses = {p.status for p in self.all_partitions()}
+        if Status.UNSAFE in statuses:
+            return ExitStatus.UNSAFE
+        if self.stopped == "deadline" and Status.ERROR in statuses:
+            return ExitStatus.DEADLINE
+        if Status.ERROR in statuses:
+            return ExitStatus.FAILURE
+        return ExitStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topics": [t.to_dict() for t in self.topics],
+            "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+        }

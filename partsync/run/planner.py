@@ -1,0 +1,213 @@
+"""Plan, then apply: read bounds on every cluster and plan each partition (``plan_topics``,
+read-only), and the one write a plan may call for before copying: creating a missing local topic
+(``create_missing_topics``). ``partsync plan`` prints the plans; ``partsync sync`` applies and
+executes them.
+
+Topic-wide refusals (partition counts differ, a local topic config that would make the broker
+rewrite batches) are decided here, before any task runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from partsync.config import ClusterRef
+from partsync.copy.options import CopyOptions
+from partsync.errors import ClusterError, TopicError
+from partsync.io.cluster import Cluster
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.plan.results import PartitionResult, Status, TopicResult
+from partsync.plan.selection import select
+from partsync.plan.topic_rules import LocalTopicRules, create_configs, rules_from
+
+__all__ = [
+    "SyncRequest",
+    "TopicCreation",
+    "TopicPlan",
+    "create_missing_topics",
+    "plan_topics",
+    "uncopied_result",
+    "whole_topic_results",
+]
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    topics: tuple[str, ...]
+    sources: tuple[ClusterRef, ...]
+    local: ClusterRef
+    partitions: frozenset[int] | None = None
+    create_missing: bool = False
+    policy: PlanPolicy = PlanPolicy()
+    options: CopyOptions = CopyOptions()
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    """The apply step a plan calls for: create the local topic with ``partitions`` partitions and
+    identity-preserving configs derived from ``source``'s."""
+
+    partitions: int
+    source: str
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    topic: str
+    partitions: tuple[PartitionPlan, ...]
+    rules: LocalTopicRules = LocalTopicRules()
+    warnings: tuple[str, ...] = ()
+    refused: str | None = None  # whole-topic refusal (unsafe)
+    error: str | None = None  # whole-topic failure (e.g. topic missing everywhere)
+    create: TopicCreation | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "topic": self.topic,
+            "refused": self.refused,
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
+    local = pool.get(req.local)
+    warnings: list[str] = []
+    counts: dict[str, int] = {}
+    src_clusters: dict[str, Cluster] = {}
+    for ref in req.sources:
+        c = pool.get(ref)
+        try:
+            info = c.topic(topic)
+        except ClusterError as e:
+            warnings.append(f"source {ref.name} unreachable, planning without it: {e.reason}")
+            continue
+        if info is None:
+            warnings.append(f"topic {topic} does not exist on source {ref.name}")
+            continue
+        counts[ref.name] = info.partitions
+        src_clusters[ref.name] = c
+    if not counts:
+        names = ", ".join(r.name for r in req.sources)
+        return TopicPlan(topic, (), warnings=tuple(warnings),
+                         error=f"topic {topic} is not readable on any source ({names})")  # fmt: skip
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{n}: {k}" for n, k in counts.items())
+        return TopicPlan(topic, (), warnings=tuple(warnings),
+                         refused=f"partition counts differ between sources ({detail})")  # fmt: skip
+    count = next(iter(counts.values()))
+
+    local_info = local.topic(topic)
+    create = None
+    if local_info is None:
+        if not req.create_missing:
+            return TopicPlan(topic, (), warnings=tuple(warnings), error=(
+                f"topic {topic} does not exist on the local cluster {local.name} "
+                "(use --create-missing to create it with the sources' partition count)"
+            ))  # fmt: skip
+        warnings.append(f"topic {topic} would be created on {local.name} with {count} partitions")
+        create = TopicCreation(count, next(iter(src_clusters)))
+    elif local_info.partitions != count:
+        return TopicPlan(topic, (), warnings=tuple(warnings), refused=(
+            f"partition counts differ: local {local.name} has {local_info.partitions}, "
+            f"sources have {count}"
+        ))  # fmt: skip
+
+    parts = select(count, req.partitions, topic=topic)
+    if create is not None:
+        local_bounds = {p: Bounds(0, 0) for p in parts}
+        rules, refusal = LocalTopicRules(), None
+    else:
+        cfg, w = local.topic_configs(topic)
+        warnings.extend(w)
+        rules, refusal = rules_from(cfg)
+        local_bounds = local.bounds(topic, parts)
+    src_bounds: dict[str, dict[int, Bounds]] = {}
+    for name, c in src_clusters.items():
+        try:
+            src_bounds[name] = c.bounds(topic, parts)
+        except ClusterError as e:
+            warnings.append(f"source {name} unreachable, planning without it: {e.reason}")
+    if not src_bounds:
+        return TopicPlan(topic, (), warnings=tuple(warnings),
+                         error=f"no source of topic {topic} answered")  # fmt: skip
+
+    plans = []
+    for p in parts:
+        sources = {name: b[p] for name, b in src_bounds.items()}
+        plan = plan_partition(topic, p, local_bounds[p], sources, req.policy)
+        if refusal is not None and plan.condition is Condition.BEHIND:
+            plan = dataclasses.replace(plan, condition=Condition.UNSAFE, chunks=(), reason=refusal,
+                                       serving=())  # fmt: skip
+        if plan.condition is Condition.UNSAFE:
+            plan = _located(plan, local.name)
+        plans.append(plan)
+    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create)
+
+
+def _located(plan: PartitionPlan, local: str) -> PartitionPlan:
+    """A refusal's reason says where, like every PartsyncError: the local cluster, topic,
+    partition and the local log end, the offset that could not be written."""
+    where = (
+        f"cluster {local}, topic {plan.topic} partition {plan.partition}, offset {plan.local.end}"
+    )
+    return dataclasses.replace(plan, reason=f"{where}: {plan.reason}")
+
+
+def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
+    """Plan every requested topic; reads only. Raises ``ClusterError`` when the local cluster is
+    unreachable."""
+    out = []
+    for topic in req.topics:
+        try:
+            out.append(_plan_topic(topic, req, pool))
+        except (TopicError, ClusterError) as e:
+            if e.cluster == req.local.name and isinstance(e, ClusterError) and e.topic is None:
+                raise
+            out.append(TopicPlan(topic, (), error=str(e)))
+    return out
+
+
+def create_missing_topics(
+    req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan]
+) -> list[TopicPlan]:
+    """Apply the plans' topic creations on the local cluster, then plan those topics again
+    (their local bounds and rules are real now). Plans without a creation are returned as are."""
+    local = pool.get(req.local)
+    out = []
+    for tp in plans:
+        if tp.create is None or tp.refused or tp.error:
+            out.append(tp)
+            continue
+        src_cfg, warnings = pool.get(_ref(req, tp.create.source)).topic_configs(tp.topic)
+        local.create_topic(tp.topic, tp.create.partitions, create_configs(src_cfg))
+        again = plan_topics(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
+        out.append(dataclasses.replace(again, warnings=tuple(warnings) + again.warnings))
+    return out
+
+
+def _ref(req: SyncRequest, name: str) -> ClusterRef:
+    return next(r for r in req.sources if r.name == name)
+
+
+def whole_topic_results(tp: TopicPlan) -> TopicResult:
+    """Results for a topic refused or failed as a whole (every planned partition, or one row)."""
+    status = Status.UNSAFE if tp.refused else Status.ERROR
+    reason = tp.refused or tp.error
+    parts = [PartitionResult(tp.topic, plan.partition, status, plan.local.end, plan.local.end,
+                             plan.target_end, reason=reason)
+             for plan in tp.partitions]  # fmt: skip
+    if not parts:
+        parts.append(PartitionResult(tp.topic, -1, status, 0, 0, 0, reason=reason))
+    return TopicResult(tp.topic, tuple(parts), tp.warnings)
+
+
+def uncopied_result(plan: PartitionPlan) -> PartitionResult:
+    """A partition nothing was copied for, at its planned bounds: in-sync, or unsafe with the
+    plan's reason. A behind partition gets its status from the caller (``with_status``)."""
+    status = Status.UNSAFE if plan.condition is Condition.UNSAFE else Status.IN_SYNC
+    return PartitionResult(plan.topic, plan.partition, status, plan.local.end, plan.local.end,
+                           plan.target_end, reason=plan.reason)  # fmt: skip

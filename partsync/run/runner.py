@@ -1,0 +1,236 @@
+"""The one executor for partition work on this machine: ``PartitionRunner``.
+
+One-shot and follow runs, with or without a group, go through it. It keeps one worker thread
+per local partition this process owns, each running ``task.run_partition`` (rounds of re-plan,
+fence, verified copy, with the one retry policy). Ownership comes from the local group (``group``
+set: partsync processes of one job split the partitions through the LOCAL cluster's group
+coordinator) or, without one, is every task given.
+
+Losing ownership (rebalance, lease expiry, fencing, a stop request) stops the worker's copy at
+once: batches not yet sent are dropped, the ones in flight are confirmed. In follow mode a
+caught-up worker waits on the sources' ``Tail`` (the broker's fetch wait) for new data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from partsync.copy.context import ProgressFn
+from partsync.errors import PartsyncError
+from partsync.io.group import GroupMember
+from partsync.io.pool import ClusterPool
+from partsync.io.tail import Tail
+from partsync.plan.comparator import PartitionPlan
+from partsync.plan.results import PartitionResult, Status
+from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
+
+__all__ = ["PartitionRunner", "RunObserver", "RunOptions"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+_RECHECK_S = 30.0  # a caught-up worker re-reads bounds this often even if no doorbell rang
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    follow: bool = False
+    group: str | None = None
+    session_timeout_ms: int = 10_000
+    # How long a rebalance waits for members to stop writing and rejoin. Stopping takes as long
+    # as confirming in-flight appends (well under a second), and some brokers wait this long for
+    # a member that died, so it is the session timeout unless set.
+    rebalance_timeout_ms: int | None = None
+    follow_wait_ms: int = 500
+    # Copy rounds running at once; the others wait their turn (idle followers hold no slot).
+    parallelism: int = 8
+
+    @property
+    def rebalance_ms(self) -> int:
+        return self.rebalance_timeout_ms or self.session_timeout_ms
+
+
+class RunObserver(Protocol):
+    """What a runner reports as it goes (live metrics implement it)."""
+
+    def observe_plan(self, plan: PartitionPlan) -> None: ...
+
+    def observe(self, result: PartitionResult) -> None: ...
+
+    def set_owned(self, parts: Iterable[TopicPartition]) -> None: ...
+
+    def source_high_watermark(self, source: str, topic: str, partition: int, hw: int) -> None: ...
+
+    def watch_group(self, member: GroupMember) -> None: ...
+
+
+class _Worker:
+    def __init__(self, runner: PartitionRunner, task: PartitionTask) -> None:
+        self.runner = runner
+        self.task = task
+        self.tp: TopicPartition = task.key
+        self.stop = threading.Event()
+        self.doorbell = threading.Event()
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"own-{self.tp[0]}-{self.tp[1]}",
+                                       daemon=True)  # fmt: skip
+
+    def _run(self) -> None:
+        r = self.runner
+        hooks = RoundHooks(
+            slots=r.slots,
+            on_round=r.record,
+            on_plan=r.observer.observe_plan if r.observer else None,
+            wait_for_data=self._wait_for_data if r.opts.follow else None,
+            handed_over=lambda: not r.stop.is_set(),
+        )
+        try:
+            run_partition(self.task, r.pool, progress=r.progress, stop=self.stop, hooks=hooks)
+        except Exception as e:  # pragma: no cover - a bug; report it on the partition
+            log.exception("worker %s-%d crashed", *self.tp)
+            p = self.task.plan
+            r.record(PartitionResult(p.topic, p.partition, Status.ERROR, p.local.end, p.local.end,
+                                     p.target_end, reason=f"crashed: {e!r}",
+                                     error=PartsyncError(f"crashed: {e!r}")))  # fmt: skip
+        finally:
+            self.finished.set()
+            r.wake.set()
+
+    def _wait_for_data(self, offset: int) -> None:
+        self.doorbell.clear()
+        tails = self.runner.tails.values()
+        for tail in tails:
+            tail.watch(self.tp, offset, self.doorbell)
+        deadline = time.monotonic() + _RECHECK_S
+        while not self.stop.is_set() and not self.doorbell.wait(0.2):
+            if time.monotonic() > deadline:
+                break
+        for tail in tails:
+            tail.unwatch(self.tp)
+
+
+class PartitionRunner:
+    """Runs the tasks this process owns until stopped (follow) or until each had its rounds."""
+
+    def __init__(
+        self,
+        tasks: Sequence[PartitionTask],
+        pool: ClusterPool,
+        opts: RunOptions,
+        *,
+        stop: threading.Event | None = None,
+        progress: ProgressFn | None = None,
+        observer: RunObserver | None = None,
+    ) -> None:
+        self.pool = pool
+        self.opts = opts
+        self.stop = stop or threading.Event()
+        self.progress = progress
+        self.observer = observer
+        self.tasks: dict[TopicPartition, PartitionTask] = {t.key: t for t in tasks}
+        self.slots = threading.BoundedSemaphore(max(1, opts.parallelism))
+        self.workers: dict[TopicPartition, _Worker] = {}
+        self.results: dict[TopicPartition, PartitionResult] = {}
+        self.member: GroupMember | None = None
+        # Set when a worker finishes, so a one-shot run ends as soon as the last one does.
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
+        self.tails: dict[str, Tail] = {}
+        if opts.follow:
+            on_hw = observer.source_high_watermark if observer else None
+            refs = {ref.name: ref for t in tasks for ref in t.sources}
+            for name, ref in refs.items():
+                self.tails[name] = Tail(pool.get(ref), opts.follow_wait_ms, on_hw)
+
+    # -- GroupListener ------------------------------------------------------------------
+
+    def assigned(self, parts: list[TopicPartition], generation: int) -> None:
+        with self._lock:
+            for tp in parts:
+                task = self.tasks.get(tp)
+                if task is None:
+                    continue  # a topic this process refused or does not know; not written
+                w = self.workers.get(tp)
+                if w is not None and not w.finished.is_set():
+                    continue
+                w = self.workers[tp] = _Worker(self, task)
+                w.thread.start()
+        if self.observer:
+            self.observer.set_owned(parts)
+
+    def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
+        with self._lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.stop.set()
+        if wait:
+            for w in workers:
+                w.thread.join()
+        if self.observer:
+            self.observer.set_owned([])
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def record(self, result: PartitionResult) -> None:
+        key = (result.topic, result.partition)
+        with self._lock:
+            prev = self.results.get(key)
+            self.results[key] = merge_results(prev, result) if prev else result
+        if self.observer:
+            self.observer.observe(result)
+
+    def _idle(self) -> bool:
+        """One-shot: every partition this process owns now has had its rounds."""
+        with self._lock:
+            return all(w.finished.is_set() for w in self.workers.values())
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self) -> PartsyncError | None:
+        """Run until stopped (follow) or until every owned partition had its rounds (one-shot).
+        Returns the group's fatal error if membership failed (nothing is written without it);
+        the results are in ``results``."""
+        opts = self.opts
+        fatal: PartsyncError | None = None
+        try:
+            if opts.group:
+                topics = sorted({t for t, _p in self.tasks})
+                local = next(iter(self.tasks.values())).local if self.tasks else None
+                if local is None:
+                    return None
+                # A cron run must end; a follower keeps trying.
+                join_timeout = (
+                    None if opts.follow else max(30.0, 4 * opts.session_timeout_ms / 1000)
+                )
+                self.member = GroupMember(self.pool.get(local), opts.group, topics, self,
+                                          session_timeout_ms=opts.session_timeout_ms,
+                                          rebalance_timeout_ms=opts.rebalance_ms,
+                                          join_timeout=join_timeout)  # fmt: skip
+                if self.observer:
+                    self.observer.watch_group(self.member)
+                self.member.start()
+            else:
+                self.assigned(sorted(self.tasks), 0)
+            member = self.member
+            while not self.stop.is_set():
+                self.wake.clear()
+                if member is not None and not member.alive:
+                    fatal = member.error
+                    break
+                if not opts.follow and self._idle() and (member is None or member.joined.is_set()):
+                    break
+                self.wake.wait(0.1)
+        finally:
+            if self.member is not None:
+                self.member.stop(timeout=opts.rebalance_ms / 1000 + 30)
+                fatal = fatal or self.member.error
+            self.revoke([], wait=True)
+            for t in self.tails.values():
+                t.close()
+        return fatal

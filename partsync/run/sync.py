@@ -1,0 +1,244 @@
+"""The sync driver: plans in, a ``SyncReport`` out.
+
+``run_sync`` hands the behind partitions of a set of plans to an engine (threads here, or Spark)
+as ``PartitionTask``s and assembles the report. ``run_job`` is what ``partsync sync`` calls: it
+applies the plans' topic creations, decides whether the run joins the local group, runs the
+partitions (through the ``PartitionRunner`` on this machine, or the engine given) and decides
+the exit status. Routing, naming and exit-code policy live here, not in the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from partsync.copy.context import ProgressFn
+from partsync.errors import ExitStatus, PartsyncError, StoppedError
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import Condition
+from partsync.plan.results import PartitionResult, Status, SyncReport, TopicResult
+from partsync.run.planner import (
+    SyncRequest,
+    TopicPlan,
+    create_missing_topics,
+    plan_topics,
+    uncopied_result,
+    whole_topic_results,
+)
+from partsync.run.runner import PartitionRunner, RunObserver, RunOptions
+from partsync.run.task import PartitionTask
+
+__all__ = [
+    "Engine",
+    "JobOutcome",
+    "default_group",
+    "plan_exit_status",
+    "run_job",
+    "run_sync",
+    "tasks_for",
+]
+
+
+class Engine:
+    """Runs partition tasks; engines differ only in where the tasks execute."""
+
+    name = "abstract"
+
+    def run(
+        self,
+        tasks: Sequence[PartitionTask],
+        pool: ClusterPool,
+        on_result: Callable[[PartitionResult], None] | None = None,
+    ) -> list[PartitionResult]:
+        raise NotImplementedError
+
+
+def tasks_for(
+    req: SyncRequest, plans: Sequence[TopicPlan], retries: int = 2
+) -> list[PartitionTask]:
+    """One task per partition that is behind, in topics that were not refused as a whole."""
+    tasks = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            continue
+        for plan in tp.partitions:
+            if plan.condition is Condition.BEHIND:
+                srcs = tuple(r for r in req.sources if r.name in plan.sources)
+                tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules,
+                                           req.policy, retries))  # fmt: skip
+    return tasks
+
+
+def _report(
+    req: SyncRequest,
+    plans: Sequence[TopicPlan],
+    results: dict[tuple[str, int], PartitionResult],
+    *,
+    group: str | None,
+    stopped: bool,
+    seconds: float,
+    why: str | None,
+) -> SyncReport:
+    """Every planned partition: what this process did with it, else what the plan found."""
+    topics = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            topics.append(whole_topic_results(tp))
+            continue
+        parts = []
+        for plan in tp.partitions:
+            r = results.get((tp.topic, plan.partition))
+            if r is None:
+                r = uncopied_result(plan)
+                if plan.condition is Condition.BEHIND:
+                    if group and not stopped:
+                        r = r.with_status(Status.HANDED_OVER,
+                                          f"owned by another member of group {group!r}")  # fmt: skip
+                    else:
+                        r = r.with_status(Status.ERROR, "not reached before the stop",
+                                          StoppedError("not reached before the stop"))  # fmt: skip
+            parts.append(r)
+        topics.append(TopicResult(tp.topic, tuple(parts), tp.warnings))
+    order = {t: i for i, t in enumerate(req.topics)}
+    topics.sort(key=lambda t: order.get(t.topic, 0))
+    return SyncReport(tuple(topics), seconds, why)
+
+
+def run_sync(
+    req: SyncRequest,
+    engine: Engine,
+    pool: ClusterPool,
+    *,
+    plans: list[TopicPlan] | None = None,
+    on_result: Callable[[PartitionResult], None] | None = None,
+    retries: int = 2,
+    stop: threading.Event | None = None,
+    stopped_reason: Callable[[], str | None] | None = None,
+) -> SyncReport:
+    """Plan (unless given plans; missing topics are created when the request says so), run the
+    behind partitions on ``engine`` and report. Each task retries retriable failures itself,
+    re-planning from fresh bounds, since the local log end is the checkpoint."""
+    started = time.monotonic()
+    if plans is None:
+        plans = create_missing_topics(req, pool, plan_topics(req, pool))
+    tasks = tasks_for(req, plans, retries)
+    results = (
+        {(r.topic, r.partition): r for r in engine.run(tasks, pool, on_result)} if tasks else {}
+    )
+    stopped = stop is not None and stop.is_set()
+    why = stopped_reason() if stopped_reason and stopped else None
+    return _report(req, plans, results, group=None, stopped=stopped,
+                   seconds=time.monotonic() - started, why=why)  # fmt: skip
+
+
+def default_group(topics: Sequence[str]) -> str:
+    """The group a job joins unless --group names one: derived from its local topics, so runs
+    of the same job (same topics) meet in the same group."""
+    name = "partsync." + ",".join(sorted(topics))
+    if len(name) > 200:
+        name = "partsync." + hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    report: SyncReport
+    exit_status: ExitStatus
+    # The group membership failure that ended the run, if any (nothing is written without it).
+    fatal: PartsyncError | None = None
+
+
+def _follow_exit_status(report: SyncReport) -> ExitStatus:
+    """Follow mode ends by being stopped: rounds cut short by the stop are not failures."""
+    code = report.exit_status
+    if code is ExitStatus.FAILURE and all(
+        p.status is not Status.ERROR or isinstance(p.error, StoppedError)
+        for p in report.all_partitions()
+    ):
+        return ExitStatus.OK
+    return code
+
+
+def run_job(
+    req: SyncRequest,
+    pool: ClusterPool,
+    plans: list[TopicPlan],
+    opts: RunOptions,
+    *,
+    engine: Engine | None = None,
+    retries: int = 2,
+    use_group: bool = True,
+    stop: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+    observer: RunObserver | None = None,
+    stopped_reason: Callable[[], str | None] | None = None,
+) -> JobOutcome:
+    """Run a sync job from its plans (topic creations already applied).
+
+    On this machine (``engine`` None) partitions run on the ``PartitionRunner``; a one-shot run
+    with something to copy joins the local group (``opts.group``, default from the topics) so
+    overlapping runs split the work, unless ``use_group`` is off; a run with nothing to copy does
+    not join. Follow mode always runs here. Another engine (Spark) runs the tasks itself and holds
+    no group membership."""
+    started = time.monotonic()
+    stop = stop or threading.Event()
+    tasks = tasks_for(req, plans, retries)
+    group = None
+    fatal = None
+    if engine is None:
+        if use_group and (opts.follow or tasks):
+            group = opts.group or default_group(req.topics)
+        run_opts = RunOptions(
+            opts.follow,
+            group,
+            opts.session_timeout_ms,
+            opts.rebalance_timeout_ms,
+            opts.follow_wait_ms,
+            opts.parallelism,
+        )
+        if group or opts.follow:
+            # Members own partitions, not copies: every partition of the job's topics (one in
+            # sync now is checked again when owned, and followed as the sources grow).
+            tasks = _all_tasks(req, plans, retries)
+        runner = PartitionRunner(tasks, pool, run_opts, stop=stop, progress=progress,
+                                 observer=observer)  # fmt: skip
+        fatal = runner.run()
+        results = runner.results
+    else:
+        results = {(r.topic, r.partition): r for r in engine.run(tasks, pool)} if tasks else {}
+    stopped = stop.is_set()
+    why = stopped_reason() if stopped_reason and stopped else None
+    report = _report(req, plans, results, group=group, stopped=stopped,
+                     seconds=time.monotonic() - started, why=why)  # fmt: skip
+    code = _follow_exit_status(report) if opts.follow else report.exit_status
+    if fatal is not None:
+        code = ExitStatus.FAILURE
+    return JobOutcome(report, code, fatal)
+
+
+def _all_tasks(req: SyncRequest, plans: Sequence[TopicPlan], retries: int) -> list[PartitionTask]:
+    """Every partition of a topic that was not refused as a whole, behind or not."""
+    tasks = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            continue
+        for plan in tp.partitions:
+            srcs = tuple(r for r in req.sources if r.name in plan.sources)
+            tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
+                                       retries))  # fmt: skip
+    return tasks
+
+
+def plan_exit_status(plans: Sequence[TopicPlan]) -> ExitStatus:
+    """``partsync plan``: 3 if anything would be refused, 1 if a topic failed, else 0."""
+    unsafe = any(tp.refused for tp in plans) or any(
+        p.condition is Condition.UNSAFE for tp in plans for p in tp.partitions
+    )
+    if unsafe:
+        return ExitStatus.UNSAFE
+    if any(tp.error for tp in plans):
+        return ExitStatus.FAILURE
+    return ExitStatus.OK

@@ -1,0 +1,248 @@
+"""The per-partition task every engine runs: rounds of re-plan, fence, verified copy, with one
+retry policy.
+
+A ``PartitionTask`` is plain picklable data (plan, cluster references, options), so the local
+runner runs it on a thread and the Spark engine on an executor, with the same code and the same
+``PartitionResult``. A *round* re-reads the partition's bounds where it runs (the driver's plan
+may be stale: a retried Spark task, an earlier crashed attempt), takes the partition over by
+opening a producer session (the new epoch fences any earlier writer) and reads the bounds again
+after the fence, then copies. ``run_partition`` runs rounds until the partition is caught up,
+refused, handed over or out of retries; in follow mode it waits for new data between rounds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from partsync.config import ClusterRef
+from partsync.copy.context import ProgressFn
+from partsync.copy.options import CopyOptions
+from partsync.copy.partition import copy_partition
+from partsync.copy.producer import ProducerSession, open_producer
+from partsync.errors import PartsyncError, StoppedError
+from partsync.io.cluster import Cluster
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.plan.results import PartitionResult, Status
+from partsync.plan.topic_rules import LocalTopicRules
+from partsync.retry import Backoff
+
+__all__ = [
+    "PartitionTask",
+    "RoundHooks",
+    "copy_round",
+    "merge_results",
+    "refresh_plan",
+    "run_partition",
+    "run_partition_task",
+]
+
+# Retries wait 1 s, 2 s, 4 s ... up to this: appends still in flight on a dropped connection
+# settle before the local end is read again.
+RETRY_FIRST_S = 1.0
+RETRY_CAP_S = 30.0
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    plan: PartitionPlan
+    sources: tuple[ClusterRef, ...]
+    local: ClusterRef
+    options: CopyOptions
+    rules: LocalTopicRules
+    policy: PlanPolicy = PlanPolicy()
+    # Rounds after the first that a retriable failure may use (one-shot runs; follow mode
+    # retries retriable failures for as long as it runs).
+    retries: int = 2
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.plan.topic, self.plan.partition)
+
+
+def refresh_plan(
+    task: PartitionTask,
+    local: Cluster,
+    sources: dict[str, Cluster],
+    source_bounds: dict[str, Bounds] | None = None,
+) -> PartitionPlan:
+    """Re-read the partition's bounds where the task runs and plan again.
+
+    Copying from a stale local end would make every append land at the wrong offset, so each
+    round starts from the bounds it reads itself. ``source_bounds`` reuses the sources' bounds
+    of the same round (after a fence only the local end must be read again). A partition the
+    driver refused stays refused unless it is now in sync.
+    """
+    p = task.plan
+    local_b = local.bounds(p.topic, [p.partition])[p.partition]
+    src_b = source_bounds
+    if src_b is None:
+        src_b = {name: c.bounds(p.topic, [p.partition])[p.partition] for name, c in sources.items()}
+    fresh = plan_partition(p.topic, p.partition, local_b, src_b, task.policy)
+    if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:
+        return p
+    return fresh
+
+
+def _unplanned(task: PartitionTask, plan: PartitionPlan | None = None) -> PartitionResult:
+    p = plan or task.plan
+    status = Status.UNSAFE if p.condition is Condition.UNSAFE else Status.IN_SYNC
+    return PartitionResult(p.topic, p.partition, status, p.local.end, p.local.end, p.target_end,
+                           reason=p.reason)  # fmt: skip
+
+
+def copy_round(
+    task: PartitionTask,
+    pool: ClusterPool,
+    session: ProducerSession | None,
+    *,
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+    on_plan: Callable[[PartitionPlan], None] | None = None,
+) -> tuple[PartitionResult, ProducerSession | None]:
+    """One round: re-plan, take the partition over if about to write, copy. Returns the result
+    and the session to continue with (None after a failure: the broker's sequence is unknown)."""
+    local = pool.get(task.local)
+    sources = {ref.name: pool.get(ref) for ref in task.sources if ref.name in task.plan.sources}
+    try:
+        plan = refresh_plan(task, local, sources)
+        if plan.condition is Condition.BEHIND and (session is None or not session.usable):
+            # About to write: take the partition over first (the new producer epoch fences any
+            # earlier writer), then read the local end again, after the fence.
+            session = open_producer(local, task.plan.topic, task.plan.partition,
+                                    task.options.fencing)  # fmt: skip
+            plan = refresh_plan(task, local, sources, dict(plan.sources))
+    except PartsyncError as e:
+        return _unplanned(task).with_status(Status.ERROR, str(e), e), None
+    if on_plan is not None:
+        on_plan(plan)
+    if plan.condition is not Condition.BEHIND:
+        return _unplanned(task, plan), session
+    res = copy_partition(plan, sources, local, task.options, task.rules, progress, stop, session)
+    return res, (session if session is not None and session.usable else None)
+
+
+def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
+    """One result for a partition copied in several rounds."""
+    by_source = dict(first.bytes_by_source)
+    for s, n in retry.bytes_by_source.items():
+        by_source[s] = by_source.get(s, 0) + n
+    batches_by_source = dict(first.batches_by_source)
+    for s, n in retry.batches_by_source.items():
+        batches_by_source[s] = batches_by_source.get(s, 0) + n
+    return retry.with_copy(
+        batches_by_source=batches_by_source,
+        local_end_before=first.local_end_before,
+        batches=first.batches + retry.batches,
+        bytes=first.bytes + retry.bytes,
+        bytes_by_source=by_source,
+        seconds=first.seconds + retry.seconds,
+        peak_buffered_bytes=max(first.peak_buffered_bytes, retry.peak_buffered_bytes),
+        status=Status.SYNCED if retry.status is Status.IN_SYNC and first.batches else retry.status,
+    )
+
+
+@dataclass
+class RoundHooks:
+    """What a runner adds around the rounds of one partition (all optional).
+
+    ``slots``: held while a round runs (bounds concurrent copies). ``on_round``: every round's
+    result as it ends. ``on_plan``: every plan a round makes. ``wait_for_data(offset)``: follow
+    mode, called when caught up; returns once the sources may have more. ``handed_over()``: true
+    when a stop means ownership moved away (a hand-over), not a stop request."""
+
+    slots: threading.BoundedSemaphore | None = None
+    on_round: Callable[[PartitionResult], None] | None = None
+    on_plan: Callable[[PartitionPlan], None] | None = None
+    wait_for_data: Callable[[int], None] | None = None
+    handed_over: Callable[[], bool] | None = None
+
+
+def run_partition(
+    task: PartitionTask,
+    pool: ClusterPool,
+    *,
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+    hooks: RoundHooks | None = None,
+) -> PartitionResult:
+    """Rounds until caught up (or, following, until stopped); the merged result of them all.
+
+    A retriable failure is retried with backoff (a new session, bounds read again); anything
+    else ends the partition: unsafe needs a person, handed over means another writer has it."""
+    hooks = hooks or RoundHooks()
+    stop = stop or threading.Event()
+    follow = hooks.wait_for_data is not None
+    backoff = Backoff(RETRY_FIRST_S, RETRY_CAP_S, cancel=stop)
+    session: ProducerSession | None = None
+    merged: PartitionResult | None = None
+    failures = 0
+    while True:
+        if hooks.slots is not None:
+            with hooks.slots:
+                result, session = copy_round(task, pool, session, progress=progress, stop=stop,
+                                             on_plan=hooks.on_plan)  # fmt: skip
+        else:
+            result, session = copy_round(task, pool, session, progress=progress, stop=stop,
+                                         on_plan=hooks.on_plan)  # fmt: skip
+        if stop.is_set() and result.status is Status.ERROR:
+            result = _interrupted(result, hooks)
+        if hooks.on_round is not None:
+            hooks.on_round(result)
+        merged = merge_results(merged, result) if merged is not None else result
+        if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():
+            return merged  # it needs a person, someone else writes it now, or we were stopped
+        if result.status is Status.ERROR:
+            failures += 1
+            if not result.retriable or (not follow and failures > task.retries):
+                return merged
+            session = None  # the broker's sequence state is unknown after a failure
+            if not backoff.wait():
+                return merged
+            continue
+        failures = 0
+        backoff.reset()
+        if hooks.wait_for_data is None:
+            return merged
+        hooks.wait_for_data(result.local_end_after)
+        if stop.is_set():
+            return merged
+
+
+def _interrupted(result: PartitionResult, hooks: RoundHooks) -> PartitionResult:
+    """A round cut short by a stop: what was appended is confirmed and counted; the rest is the
+    next owner's (a hand-over) or the next run's (a stop request)."""
+    at = result.local_end_after
+    if hooks.handed_over is not None and hooks.handed_over():
+        return result.with_status(Status.HANDED_OVER,
+                                  f"ownership moved to another group member at offset {at}")  # fmt: skip
+    return result.with_status(Status.ERROR, f"stopped on request at offset {at}",
+                              StoppedError("stopped on request", offset=at))  # fmt: skip
+
+
+def run_partition_task(
+    task: PartitionTask,
+    pool: ClusterPool | None = None,
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+) -> PartitionResult:
+    """``run_partition`` with a pool of its own unless one is given (a Spark executor's task).
+    Never raises for Kafka or data problems: they come back as the result's status and reason.
+
+    The result is reported against the driver's starting point, so a resumed task's numbers add
+    up."""
+    own = pool is None
+    pool = pool or ClusterPool()
+    try:
+        result = run_partition(task, pool, progress=progress, stop=stop)
+    finally:
+        if own:
+            pool.close()
+    start = task.plan.local.end
+    if result.local_end_before != start:
+        result = result.with_copy(local_end_before=start)
+        if result.status is Status.IN_SYNC and result.local_end_after != start:
+            result = result.with_copy(status=Status.SYNCED)
+    return result

@@ -1,0 +1,175 @@
+"""What the CLI's commands share: help texts, the config context, option sets, the request
+builder, JSON output and the exit-status hand-off."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+
+from partsync.config import Config, load_config
+from partsync.copy.options import CopyOptions
+from partsync.errors import ExitStatus, UsageError
+from partsync.plan.comparator import PlanPolicy
+from partsync.plan.selection import parse_partitions
+
+__all__ = [
+    "CLUSTER_HELP",
+    "EXIT_CODES_HELP",
+    "Ctx",
+    "Exit",
+    "build_request",
+    "config_option",
+    "emit_json",
+    "selection_options",
+    "stderr",
+]
+
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  every selected partition is in sync with the target it planned (or handed over to
+     another process of the job); --follow: stopped by SIGTERM/Ctrl-C
+  1  any other failure (unreachable cluster, broker error, group not joined); safe to rerun
+  2  usage or configuration error
+  3  at least one partition was refused as unsafe (others were still synced)
+  4  sync --deadline: the run stopped before it caught up
+"""
+
+CLUSTER_HELP = (
+    "A cluster is a name from the config file ([clusters.NAME]) or one host:port bootstrap address."
+)
+
+stderr = Console(stderr=True)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+class Exit(Exception):
+    """How a command body hands its exit status to ``program`` (never leaves this module)."""
+
+    def __init__(self, status: ExitStatus) -> None:
+        super().__init__(int(status))
+        self.status = status
+
+
+class Ctx:
+    def __init__(self, config_path: str | None) -> None:
+        self.config_path = config_path
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+
+def config_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--config`` after the subcommand as well as before it (the later one wins)."""
+
+    def remember(click_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            obj = click_ctx.find_object(Ctx)
+            if obj is not None:
+                obj.config_path = value
+                obj._config = None
+
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=remember,
+        metavar="FILE",
+        help="Config file (TOML); same as the option before the command.",
+    )(f)
+
+
+def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--topic",
+            "topics",
+            multiple=True,
+            required=True,
+            metavar="TOPIC",
+            help="Topic to sync; repeat for several.",
+        ),
+        click.option(
+            "--sources",
+            required=True,
+            metavar="A,B",
+            help="Comma-separated source clusters. " + CLUSTER_HELP,
+        ),
+        click.option(
+            "--local",
+            "local",
+            default=None,
+            metavar="CLUSTER",
+            help="The local (destination) cluster; default: `local` in the config file.",
+        ),
+        click.option(
+            "--partitions",
+            "partitions",
+            default=None,
+            metavar="SPEC",
+            help="Only these partitions, e.g. 0,3-5 (default: all).",
+        ),
+        click.option(
+            "--chunk-offsets",
+            type=click.IntRange(min=1),
+            default=PlanPolicy().chunk_offsets,
+            show_default=True,
+            help="Offsets per chunk; chunks are fetched from different sources in parallel.",
+        ),
+        click.option(
+            "--create-missing",
+            is_flag=True,
+            help="Create a missing local topic with the sources' partition count and "
+            "identity-preserving configs (compression.type=producer, CreateTime, "
+            "cleanup.policy and max.message.bytes of the source).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def build_request(
+    ctx: Ctx,
+    topics: tuple[str, ...],
+    sources: str,
+    local: str | None,
+    partitions: str | None,
+    chunk_offsets: int,
+    create_missing: bool,
+    options: CopyOptions | None = None,
+) -> Any:
+    from partsync.run.planner import SyncRequest
+
+    cfg = ctx.config
+    srcs = cfg.resolve_list(sources)
+    loc = cfg.local_ref(local)
+    if loc.name in {s.name for s in srcs} or loc.bootstrap in {s.bootstrap for s in srcs}:
+        raise UsageError(f"cluster {loc.name} is both a source and the local cluster")
+    for t in topics:
+        if not t.strip():
+            raise UsageError("empty topic name")
+    return SyncRequest(
+        topics=tuple(dict.fromkeys(topics)),
+        sources=tuple(srcs),
+        local=loc,
+        partitions=parse_partitions(partitions),
+        create_missing=create_missing,
+        policy=PlanPolicy(chunk_offsets=chunk_offsets),
+        options=options or CopyOptions(),
+    )

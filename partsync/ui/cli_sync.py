@@ -1,0 +1,400 @@
+"""``partsync plan`` and ``partsync sync``: parse, call the planner and the sync driver, render."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+
+from partsync.copy.options import CopyOptions
+from partsync.errors import ExitStatus, UsageError
+from partsync.ui.cli_common import (
+    EXIT_CODES_HELP,
+    Ctx,
+    Exit,
+    build_request,
+    config_option,
+    emit_json,
+    selection_options,
+    stderr,
+)
+
+__all__ = ["plan", "sync"]
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@selection_options
+@config_option
+@click.pass_obj
+def plan(
+    ctx: Ctx,
+    topics: tuple[str, ...],
+    sources: str,
+    local: str | None,
+    partitions: str | None,
+    chunk_offsets: int,
+    create_missing: bool,
+    as_json: bool,
+) -> None:
+    """Show what `sync` would copy, per partition. Writes nothing.
+
+    For each partition: the local log start/end, each source's log start and high watermark,
+    the offset ranges to copy and which source serves each, and the condition (in-sync, behind,
+    or unsafe with the reason).
+    """
+    from partsync.io.pool import ClusterPool
+    from partsync.run.planner import plan_topics
+    from partsync.run.sync import plan_exit_status
+    from partsync.ui.render import plan_notes, plan_table
+
+    req = build_request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing)
+    with ClusterPool() as pool:
+        plans = plan_topics(req, pool)
+    if as_json:
+        emit_json({"topics": [tp.to_dict() for tp in plans]})
+    else:
+        Console().print(plan_table(plans))
+        for note in plan_notes(plans):
+            stderr.print(note, highlight=False, markup=False)
+        for tp in plans:
+            for w in tp.warnings:
+                stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+    raise Exit(plan_exit_status(plans))
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@selection_options
+@click.option(
+    "--max-in-flight-bytes",
+    type=click.IntRange(min=1 << 16),
+    default=CopyOptions().max_in_flight_bytes,
+    show_default=True,
+    help="Memory bound per partition copy: fetched bytes not yet confirmed appended.",
+)
+@click.option(
+    "--connections-per-broker",
+    type=click.IntRange(min=1, max=16),
+    default=1,
+    show_default=True,
+    help="TCP connections per source broker and partition (for long fat links).",
+)
+@click.option(
+    "--parallelism",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Partitions copied at the same time.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="Where partition tasks run: threads in this process, or Apache Spark.",
+)
+@click.option(
+    "--spark-master", default=None, help="Spark master URL for --engine spark (e.g. local[4])."
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Re-plan and retry partitions that failed with a retriable error.",
+)
+@click.option(
+    "--max-bytes-per-sec",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Cap the bytes fetched per second by this process, for shared WAN links "
+    "(per-cluster caps: max_bytes_per_sec in the config file).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Stop cleanly (in-flight appends confirmed) after SECONDS and exit 4 if not caught up.",
+)
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Write Prometheus metrics for this run to FILE, atomically "
+    "(node_exporter textfile collector). One-shot runs only.",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep running: tail the sources (broker fetch wait, no busy polling) and append "
+    "new batches as they arrive, until SIGTERM/Ctrl-C.",
+)
+@click.option(
+    "--group",
+    default=None,
+    metavar="NAME",
+    help="Local group that splits the partitions between partsync processes of this job "
+    "(local cluster's group coordinator only; no offsets are committed). "
+    "Default: partsync.<topics>.",
+)
+@click.option(
+    "--no-group",
+    is_flag=True,
+    help="Do not join a group: this process writes every selected partition. Only safe "
+    "when no other partsync process writes these topics (implied by --engine spark).",
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Group session timeout: how soon a dead process's partitions move to the others.",
+)
+@click.option(
+    "--follow-wait-ms",
+    type=click.IntRange(min=10, max=30_000),
+    default=500,
+    show_default=True,
+    help="Follow mode: longest a fetch waits at the brokers for new data.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    metavar="PORT",
+    help="Follow mode: serve Prometheus metrics at http://HOST:PORT/metrics.",
+)
+@click.option(
+    "--metrics-host", default="0.0.0.0", show_default=True, help="Address --metrics-port binds to."
+)
+@click.option(
+    "--fencing/--no-fencing",
+    default=True,
+    show_default=True,
+    help="Append with a producer id under the partition's transactional id, so a newer "
+    "partsync writer of the partition fences older ones (needs WRITE on "
+    "TransactionalId 'partsync:' prefixed ids under ACLs).",
+)
+@config_option
+@click.pass_obj
+def sync(
+    ctx: Ctx,
+    topics: tuple[str, ...],
+    sources: str,
+    local: str | None,
+    partitions: str | None,
+    chunk_offsets: int,
+    create_missing: bool,
+    as_json: bool,
+    max_in_flight_bytes: int,
+    connections_per_broker: int,
+    parallelism: int,
+    engine: str,
+    spark_master: str | None,
+    retries: int,
+    max_bytes_per_sec: int | None,
+    deadline: float | None,
+    metrics_file: str | None,
+    follow: bool,
+    group: str | None,
+    no_group: bool,
+    session_timeout: float,
+    follow_wait_ms: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    fencing: bool,
+) -> None:
+    """Copy what the local cluster lacks, at exactly the sources' offsets.
+
+    One-shot (default, the cron mode): catch up with the source bounds read at start and exit;
+    running it again is a no-op. The local log end is the checkpoint, so an interrupted run is
+    resumed by running it again. Partitions that cannot be copied without shifting offsets are
+    refused and left untouched (exit 3).
+
+    Runs of one job share the work through a group on the LOCAL cluster (--group): overlapping
+    cron runs split the partitions, and --follow processes on several hosts divide them and
+    take over those of a process that dies. A partition has one writer at a time: group
+    ownership, producer-epoch fencing, and the check that every append lands at the source's
+    offset. A run with nothing to copy does not join the group.
+    """
+    from partsync.io.pool import ClusterPool
+    from partsync.run.planner import create_missing_topics, plan_topics
+    from partsync.run.runner import RunOptions
+    from partsync.run.sync import default_group, run_job
+    from partsync.ui.render import CopyProgress, report_notes, report_table, summary_line
+
+    if engine == "spark" and (follow or group):
+        raise UsageError(
+            "--follow and --group run on the local engine (Spark tasks cannot hold "
+            "group membership); use --engine local"
+        )
+    if follow and deadline is not None:
+        raise UsageError("--deadline is for one-shot runs; follow mode runs until stopped")
+    if follow and metrics_file:
+        raise UsageError("--metrics-file is for one-shot runs; follow mode serves --metrics-port")
+    if metrics_port is not None and not follow:
+        raise UsageError("--metrics-port is for --follow; one-shot runs write --metrics-file")
+    if group is not None and no_group:
+        raise UsageError("--group and --no-group contradict each other")
+    opts = CopyOptions(
+        max_in_flight_bytes=max_in_flight_bytes,
+        connections_per_broker=connections_per_broker,
+        max_bytes_per_sec=max_bytes_per_sec,
+        fencing=fencing,
+    )
+    req = build_request(
+        ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts
+    )
+    run_opts = RunOptions(
+        follow=follow,
+        group=group,
+        session_timeout_ms=int(session_timeout * 1000),
+        follow_wait_ms=follow_wait_ms,
+        parallelism=parallelism,
+    )
+    stop = threading.Event()
+    why: list[str] = []
+    _install_stop_handler(stop, why)
+    timer = _deadline_timer(deadline, stop, why)
+    with ClusterPool() as pool:
+        plans = create_missing_topics(req, pool, plan_topics(req, pool))
+        total = sum(
+            p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind"
+        )
+        progress = None
+        if not as_json and total and stderr.is_terminal:
+            progress = CopyProgress(stderr, total)
+            progress.start(
+                {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions}
+            )
+        try:
+            with _live_metrics(follow, metrics_port, metrics_host) as live:
+                if follow:
+                    mode = (
+                        " (no group: all partitions)"
+                        if no_group
+                        else f" in group {group or default_group(req.topics)!r}"
+                    )
+                    stderr.print(
+                        f"following {', '.join(req.topics)}{mode}; SIGTERM or Ctrl-C stops",
+                        highlight=False,
+                    )
+                eng = None
+                if engine != "local":
+                    from partsync.engines import make_engine
+
+                    eng = make_engine(
+                        engine,
+                        parallelism=parallelism,
+                        progress=progress,
+                        stop=stop,
+                        spark_master=spark_master,
+                    )
+                outcome = run_job(
+                    req,
+                    pool,
+                    plans,
+                    run_opts,
+                    engine=eng,
+                    retries=retries,
+                    use_group=not no_group,
+                    stop=stop,
+                    progress=progress,
+                    observer=live,
+                    stopped_reason=lambda: why[0] if why else None,
+                )
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if progress:
+                progress.stop()
+    report, code = outcome.report, outcome.exit_status
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        Console().print(report_table(report))
+        for note in report_notes(report):
+            stderr.print(note, highlight=False, markup=False)
+        for tr in report.topics:
+            for w in tr.warnings:
+                stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+        stderr.print(summary_line(report), highlight=False)
+    if outcome.fatal is not None:
+        stderr.print(f"[red]error:[/] {outcome.fatal}", highlight=False)
+    if report.stopped == "deadline" and code == ExitStatus.DEADLINE:
+        stderr.print(f"[yellow]deadline of {deadline:g}s reached before catching up[/]")
+    if metrics_file:
+        from partsync.ui.metrics import write_textfile
+
+        try:
+            write_textfile(metrics_file, report, int(code))
+        except OSError as e:
+            raise UsageError(
+                f"cannot write metrics file {metrics_file}: {e.strerror or e}"
+            ) from None
+    raise Exit(code)
+
+
+def _deadline_timer(
+    deadline: float | None, stop: threading.Event, why: list[str]
+) -> threading.Timer | None:
+    if deadline is None:
+        return None
+
+    def expire() -> None:
+        why.append("deadline")
+        stop.set()
+
+    timer = threading.Timer(deadline, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+@contextmanager
+def _live_metrics(follow: bool, port: int | None, host: str) -> Iterator[Any]:
+    """Live metrics for follow mode (served when --metrics-port is given)."""
+    if not follow:
+        yield None
+        return
+    from partsync.ui.metrics import LiveMetrics, serve_metrics
+
+    live = LiveMetrics()
+    server = None
+    if port is not None:
+        try:
+            server = serve_metrics(live, port, host)
+        except OSError as e:
+            raise UsageError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
+        stderr.print(
+            f"metrics at http://{host}:{server.server_address[1]}/metrics", highlight=False
+        )
+    try:
+        yield live
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def _install_stop_handler(stop: threading.Event, why: list[str]) -> None:
+    """First SIGTERM/Ctrl-C: stop after in-flight appends are confirmed. Second: exit now."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        why.append("signal")
+        stop.set()
+        stderr.print("[yellow]stopping after in-flight appends are confirmed...[/]")
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,215 @@
+"""Human output: rich tables for plans and sync reports, and the copy progress display."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from partsync.plan.comparator import Chunk, PartitionPlan
+from partsync.plan.results import Status, SyncReport
+from partsync.run.planner import TopicPlan
+
+__all__ = [
+    "CopyProgress",
+    "human_bytes",
+    "plan_notes",
+    "plan_table",
+    "report_notes",
+    "report_table",
+    "summarize_chunks",
+    "summary_line",
+]
+
+_STATUS_STYLE = {
+    "in-sync": "green",
+    "synced": "bold green",
+    "behind": "yellow",
+    "unsafe": "bold red",
+    "error": "red",
+}
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def summarize_chunks(chunks: Sequence[Chunk], limit: int = 4) -> str:
+    """``0..50000 dc2, 50000..100000 dc3, ... (12 chunks: dc2 6, dc3 6)``."""
+    if not chunks:
+        return "-"
+    shown = ", ".join(f"{c.start}..{c.end} {c.source}" for c in chunks[:limit])
+    if len(chunks) <= limit:
+        return shown
+    per: dict[str, int] = {}
+    for c in chunks:
+        per[c.source] = per.get(c.source, 0) + 1
+    counts = ", ".join(f"{s} {n}" for s, n in per.items())
+    return f"{shown}, ... ({len(chunks)} chunks: {counts})"
+
+
+def _styled(status: str) -> str:
+    style = _STATUS_STYLE.get(status, "")
+    return f"[{style}]{status}[/]" if style else status
+
+
+def plan_table(plans: Sequence[TopicPlan]) -> Table:
+    sources: list[str] = []
+    for tp in plans:
+        for p in tp.partitions:
+            for s in p.sources:
+                if s not in sources:
+                    sources.append(s)
+    t = Table(title="partsync plan", title_justify="left")
+    t.add_column("topic")
+    t.add_column("part", justify="right")
+    t.add_column("local [start, end)")
+    for s in sources:
+        t.add_column(f"{s} [start, hw)")
+    t.add_column("condition")
+    t.add_column("missing", justify="right")
+    t.add_column("ranges (source)", overflow="fold")
+    for tp in plans:
+        if tp.refused or tp.error:
+            status = "unsafe" if tp.refused else "error"
+            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "")
+            continue
+        for p in tp.partitions:
+            t.add_row(*_plan_row(p, sources))
+    return t
+
+
+def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
+    notes = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            notes.append(
+                f"{'unsafe' if tp.refused else 'error'}: topic {tp.topic}: {tp.refused or tp.error}"
+            )
+        for p in tp.partitions:
+            if p.reason:
+                # Refusals already name their cluster/topic/partition/offset.
+                prefix = (
+                    ""
+                    if p.reason.startswith("cluster ")
+                    else f"topic {p.topic} partition {p.partition}: "
+                )
+                notes.append(f"{p.condition.value}: {prefix}{p.reason}")
+    return notes
+
+
+def _plan_row(p: PartitionPlan, sources: list[str]) -> list[str]:
+    cols = [p.topic, str(p.partition), f"{p.local.log_start}..{p.local.end}"]
+    for s in sources:
+        b = p.sources.get(s)
+        cols.append(f"{b.log_start}..{b.end}" if b else "-")
+    cols += [_styled(p.condition.value), str(p.missing), summarize_chunks(p.chunks)]
+    return cols
+
+
+def report_table(report: SyncReport) -> Table:
+    """One row per partition; long reasons go in ``report_notes`` below the table."""
+    t = Table(title="partsync sync", title_justify="left")
+    for col, just in (
+        ("topic", "left"),
+        ("part", "right"),
+        ("status", "left"),
+        ("local end", "left"),
+        ("target", "right"),
+        ("batches", "right"),
+        ("copied", "right"),
+        ("by source", "left"),
+    ):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for tr in report.topics:
+        for p in sorted(tr.partitions, key=lambda r: r.partition):
+            by = ", ".join(f"{s} {human_bytes(n)}" for s, n in p.bytes_by_source.items())
+            ends = (
+                str(p.local_end_after)
+                if p.local_end_before == p.local_end_after
+                else f"{p.local_end_before}->{p.local_end_after}"
+            )
+            t.add_row(
+                p.topic,
+                "*" if p.partition < 0 else str(p.partition),
+                _styled(p.status.value),
+                ends,
+                str(p.target_end),
+                str(p.batches),
+                human_bytes(p.bytes),
+                by or "-",
+            )
+    return t
+
+
+def report_notes(report: SyncReport) -> list[str]:
+    notes = []
+    for tr in report.topics:
+        for p in sorted(tr.partitions, key=lambda r: r.partition):
+            if p.reason:
+                where = "all partitions" if p.partition < 0 else f"partition {p.partition}"
+                # Errors already name their cluster/topic/partition/offset.
+                prefix = "" if p.reason.startswith("cluster ") else f"topic {p.topic} {where}: "
+                notes.append(f"{p.status.value}: {prefix}{p.reason}")
+    return notes
+
+
+def summary_line(report: SyncReport) -> str:
+    parts = report.all_partitions()
+    counts: dict[str, int] = {}
+    for p in parts:
+        counts[p.status.value] = counts.get(p.status.value, 0) + 1
+    total = sum(p.bytes for p in parts)
+    secs = max(report.seconds, 1e-9)
+    states = ", ".join(f"{n} {s}" for s, n in counts.items())
+    line = (
+        f"{len(parts)} partition(s): {states}; copied {human_bytes(total)} in {report.seconds:.2f}s"
+    )
+    if total:
+        line += f" ({human_bytes(total / secs)}/s)"
+    if any(p.status is Status.UNSAFE for p in parts):
+        line += "; unsafe partitions were left untouched at the point shown"
+    return line
+
+
+class CopyProgress:
+    """A progress bar on stderr, fed by the copier's callback from many threads."""
+
+    def __init__(self, console: Console, total_offsets: int) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, int], int] = {}
+        self._progress = Progress(
+            TextColumn("copying"),
+            BarColumn(),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} offsets"),
+            TextColumn("{task.fields[copied]}"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task = self._progress.add_task("copy", total=total_offsets, copied="")
+        self._bytes = 0
+
+    def start(self, starts: dict[tuple[str, int], int]) -> None:
+        self._last = dict(starts)
+        self._progress.start()
+
+    def __call__(self, topic: str, partition: int, nbytes: int, next_offset: int) -> None:
+        with self._lock:
+            key = (topic, partition)
+            advanced = next_offset - self._last.get(key, next_offset)
+            self._last[key] = next_offset
+            self._bytes += nbytes
+            self._progress.update(
+                self._task, advance=max(0, advanced), copied=human_bytes(self._bytes)
+            )
+
+    def stop(self) -> None:
+        self._progress.stop()

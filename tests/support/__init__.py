@@ -1,0 +1,1 @@
+"""Test support: broker launchers, test data and fault hooks that the runtime package does not ship."""
