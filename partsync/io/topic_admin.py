@@ -64,15 +64,18 @@ def create_topic(
     md = cluster.metadata()
     node = next(iter(sorted(md.brokers)))
     cluster.broker_conn(node).create_topic(topic, partitions, replication, configs)
-    # Wait until metadata shows every partition with a leader.
+    # Wait until metadata shows every partition with a leader, and the leaders answer for them:
+    # Apache Kafka's metadata names a new partition's leader before that broker has taken the
+    # partition on (it answers NOT_LEADER_OR_FOLLOWER until then).
     backoff = Backoff(0.1, 0.1, deadline=cluster.timeout)
     while True:
         try:
             info = cluster.topic(topic, refresh=True)
+            if info is not None and info.partitions == partitions:
+                cluster.bounds(topic, list(range(partitions)))
+                return
         except ClusterError:
-            info = None
-        if info is not None and info.partitions == partitions:
-            return
+            pass
         if not backoff.wait():
-            raise ClusterError("created topic did not appear in metadata", cluster=cluster.name,
-                               topic=topic)  # fmt: skip
+            raise ClusterError("created topic did not become ready (metadata and leaders)",
+                               cluster=cluster.name, topic=topic)  # fmt: skip
