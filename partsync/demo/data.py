@@ -96,6 +96,8 @@ def create_topic(
             error = _wait_for_topic(admin, topic, partitions, timeout)
     finally:
         del admin  # no close() on AdminClient: drop it now, not when a traceback dies
+    if error is None:
+        error = _wait_for_leaders(bootstrap, topic, partitions, timeout)
     if error is not None:
         raise RuntimeError(error)
 
@@ -115,6 +117,30 @@ def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float) -> 
         if time.monotonic() > deadline:
             return f"topic {topic!r} not ready after {timeout}s: {md}"
         time.sleep(0.1)
+
+
+def _wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float) -> str | None:
+    """None once every partition's leader answers for it (Apache Kafka's metadata names a new
+    partition's leader before that broker has taken the partition on), else an error text."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "partsync-readiness", "log_level": 3}
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        for p in range(partitions):
+            while True:
+                try:
+                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                    break
+                except KafkaException as exc:
+                    if time.monotonic() > deadline:
+                        return f"partition {p} of {topic!r} has no answering leader: {exc}"
+                    time.sleep(0.1)
+    finally:
+        consumer.close()
+    return None
 
 
 # --------------------------------------------------------------------------------------------

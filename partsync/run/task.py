@@ -125,22 +125,35 @@ def copy_round(
 
 
 def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
-    """One result for a partition copied in several rounds."""
+    """One result for a partition copied in several rounds.
+
+    A last round that found the partition in sync reports the whole run: ``synced`` if this
+    process appended some of it, ``handed-over`` if the local end moved while this process
+    appended nothing (another writer of the job, e.g. the member that owned it before a
+    rebalance, brought it there), ``in-sync`` only if nothing moved."""
     by_source = dict(first.bytes_by_source)
     for s, n in retry.bytes_by_source.items():
         by_source[s] = by_source.get(s, 0) + n
     batches_by_source = dict(first.batches_by_source)
     for s, n in retry.batches_by_source.items():
         batches_by_source[s] = batches_by_source.get(s, 0) + n
-    return retry.with_copy(
+    batches = first.batches + retry.batches
+    merged = retry.with_copy(
         batches_by_source=batches_by_source,
         local_end_before=first.local_end_before,
-        batches=first.batches + retry.batches,
+        batches=batches,
         bytes=first.bytes + retry.bytes,
         bytes_by_source=by_source,
         seconds=first.seconds + retry.seconds,
         peak_buffered_bytes=max(first.peak_buffered_bytes, retry.peak_buffered_bytes),
-        status=Status.SYNCED if retry.status is Status.IN_SYNC and first.batches else retry.status,
+    )
+    if retry.status is not Status.IN_SYNC or first.local_end_before == retry.local_end_after:
+        return merged
+    if batches:
+        return merged.with_status(Status.SYNCED, None)
+    return merged.with_status(
+        Status.HANDED_OVER,
+        f"brought to offset {retry.local_end_after} by another writer of the partition",
     )
 
 

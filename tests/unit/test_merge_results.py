@@ -1,0 +1,50 @@
+"""One result for a partition copied in several rounds (the runner merges each round's result)."""
+
+from __future__ import annotations
+
+from partsync.errors import ClusterError, StoppedError
+from partsync.plan.results import PartitionResult, Status
+from partsync.run.task import merge_results
+
+
+def _round(
+    status: Status, before: int, after: int, batches: int = 0, **kw: object
+) -> PartitionResult:
+    nbytes = batches * 100
+    by_source = {"a": nbytes} if batches else {}
+    return PartitionResult("t", 0, status, before, after, 1500, batches=batches, bytes=nbytes,
+                           bytes_by_source=by_source,
+                           batches_by_source={"a": batches} if batches else {}, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_counts_add_up_and_the_run_starts_where_the_first_round_did() -> None:
+    failed = _round(Status.ERROR, 0, 700, 7, reason="lost", error=ClusterError("lost"))
+    done = _round(Status.SYNCED, 700, 1500, 8)
+    m = merge_results(failed, done)
+    assert (m.status, m.local_end_before, m.local_end_after) == (Status.SYNCED, 0, 1500)
+    assert (m.batches, m.bytes, m.bytes_by_source, m.batches_by_source) == (
+        15, 1500, {"a": 1500}, {"a": 15},
+    )  # fmt: skip
+
+
+def test_a_last_round_in_sync_after_own_appends_is_synced() -> None:
+    failed = _round(Status.ERROR, 0, 1500, 15, reason="lost", error=ClusterError("lost"))
+    m = merge_results(failed, _round(Status.IN_SYNC, 1500, 1500))
+    assert (m.status, m.reason, m.local_end_before) == (Status.SYNCED, None, 0)
+
+
+def test_another_writer_brought_it_in_sync_is_a_hand_over_not_in_sync() -> None:
+    stopped = _round(Status.HANDED_OVER, 0, 0, reason="ownership moved")
+    m = merge_results(stopped, _round(Status.IN_SYNC, 1500, 1500))
+    assert m.status is Status.HANDED_OVER and "another writer" in (m.reason or "")
+    assert (m.local_end_before, m.local_end_after, m.batches) == (0, 1500, 0)
+
+
+def test_nothing_moved_stays_in_sync_and_errors_stay_errors() -> None:
+    assert merge_results(_round(Status.IN_SYNC, 5, 5), _round(Status.IN_SYNC, 5, 5)).status is (
+        Status.IN_SYNC
+    )
+    stop = StoppedError("stopped")
+    m = merge_results(_round(Status.SYNCED, 0, 10, 1),
+                      _round(Status.ERROR, 10, 12, 1, reason="stopped", error=stop))  # fmt: skip
+    assert m.status is Status.ERROR and m.error is stop and m.batches == 2
