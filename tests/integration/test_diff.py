@@ -27,7 +27,7 @@ from partsync.run.sync import run_sync
 from tests.conftest import CliResult
 from tests.unit import diffkit
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 LEVELS = [Level.BATCH, Level.RECORD]
 

@@ -38,18 +38,18 @@ from partsync.errors import FencedError
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import plan_partition
 from partsync.plan.results import Status
-from tests.conftest import _ROLES, BROKER_MODE, CliResult
+from tests.conftest import CliResult, is_real_kafka, kind_of
 from tests.integration.sync_support import _ref, by_partition, check_report, ends, write_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 PARTITIONS = 6
 SESSION_S = "6"  # Kafka's group.min.session.timeout.ms is 6 s
 
 
 @pytest.fixture(scope="module")
-def group_local(broker_factory: Callable[[str], Broker]) -> Broker:
-    if _ROLES[BROKER_MODE]["extra"] == "noida":
+def group_local(broker_mode: str, broker_factory: Callable[[str], Broker]) -> Broker:
+    if kind_of(broker_mode, "extra") == "noida":
         pytest.skip("noida's group coordinator never drops a member killed while leading")
     return broker_factory("extra")
 
@@ -341,8 +341,8 @@ def test_overlapping_one_shot_runs_split_the_work(
     assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, partitions)
 
 
-def test_a_fenced_writer_stops_at_once(clusters, topic: str) -> None:
-    if BROKER_MODE == "kafka":
+def test_a_fenced_writer_stops_at_once(clusters, topic: str, broker_mode: str) -> None:
+    if is_real_kafka(broker_mode):
         pytest.skip(
             "Apache Kafka's partition leader learns a bumped epoch from the new owner's "
             "first append; this test bumps without appending (Tansu and noida fence at once)"

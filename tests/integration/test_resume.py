@@ -22,7 +22,7 @@ from partsync.demo.data import assert_partitions_identical, create_topic, produc
 from tests.conftest import CliResult
 from tests.integration.sync_support import Clusters, by_partition, ends, fetch_batches, records
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 Run = Callable[..., CliResult]
 

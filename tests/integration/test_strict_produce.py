@@ -26,7 +26,7 @@ from partsync.demo.data import (
     make_records,
     produce,
 )
-from tests.conftest import CliResult, run_cli
+from tests.conftest import CliResult, is_real_kafka, run_cli
 from tests.integration.kafka_proxy import (
     StrictProxy,
     Violation,
@@ -35,6 +35,7 @@ from tests.integration.kafka_proxy import (
     rewrite_metadata_response,
     strict_proxy,  # noqa: F401  (pytest fixture)
 )
+from tests.integration.sync_support import ends
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -311,12 +312,18 @@ def test_proxy_without_traffic_closes_cleanly() -> None:
 # partsync sync through the proxy, against real brokers
 # =============================================================================================
 
-DIRECTIONS = [("tansu", "noida"), ("noida", "tansu")]
+# Both directions between the PyPI brokers; under a real-Kafka mode, Kafka to Kafka.
+DIRECTIONS = [("tansu", "noida"), ("noida", "tansu"), ("kafka", "kafka")]
 
 
 @pytest.fixture(scope="module")
-def brokers(broker_factory: Callable[[str], Broker]) -> Iterator[dict[str, Broker]]:
-    yield {"tansu": broker_factory("tansu"), "noida": broker_factory("noida")}
+def brokers(
+    broker_mode: str, broker_factory: Callable[[str], Broker]
+) -> Iterator[dict[str, Broker]]:
+    if is_real_kafka(broker_mode):
+        yield {"kafka-source": broker_factory("a"), "kafka": broker_factory("local")}
+    else:
+        yield {"tansu": broker_factory("tansu"), "noida": broker_factory("noida")}
 
 
 def _source_data(bootstrap: str, topic: str) -> int:
@@ -354,6 +361,7 @@ def _sync(source: str, local: str, topic: str, *extra: str) -> CliResult:
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 @pytest.mark.parametrize(
     "source_kind,local_kind", DIRECTIONS, ids=[f"{a}-to-{b}" for a, b in DIRECTIONS]
 )
@@ -363,6 +371,10 @@ def test_sync_obeys_kafka_produce_rules(
     source_kind: str,
     local_kind: str,
 ) -> None:
+    if source_kind == local_kind:
+        source_kind = f"{source_kind}-source"  # real Kafka: two clusters of one kind
+    if source_kind not in brokers or local_kind not in brokers:
+        pytest.skip(f"{source_kind} to {local_kind} runs in the other broker modes")
     source, local = brokers[source_kind], brokers[local_kind]
     topic = f"strict-{source_kind}-{local_kind}-{uuid.uuid4().hex[:8]}"
     total = _source_data(source.bootstrap, topic)
@@ -431,3 +443,81 @@ def test_proxy_catches_what_a_lenient_broker_accepts(
     assert proxy.produce_requests_seen == 1
     with pytest.raises(AssertionError, match="violations"):
         proxy.assert_clean()
+
+
+# -- the checker's rules against the real broker ----------------------------------------------
+
+# Cases Apache Kafka itself must refuse: every partition the checker flags is rejected with an
+# error code (these codes where KAFKA-FACTS.md names them) and nothing is appended there, while
+# the partitions it does not flag are appended. Left out: acks=1 (partsync's own rule, Kafka
+# accepts it) and acks=0 (no answer to read).
+KAFKA_REFUSES = [c for c in BAD_CASES if c not in ("acks-1", "everything-at-once")]
+KAFKA_CODES = {
+    "two-batches-in-one-partition": 87,  # INVALID_RECORD
+    "base-offset-5": 87,
+    "holey-batch": 87,
+    "bad-crc": 2,  # CORRUPT_MESSAGE
+    "crc-not-updated-after-attribute-change": 2,
+}
+
+
+# Requests Kafka does not answer at all (it fails the request while parsing it).
+KAFKA_NO_ANSWER = {"null-records"}
+
+
+def _send_raw(broker: Broker, frame: bytes, timeout: float = 10) -> dict[int, int] | None:
+    """Send a Produce frame as it is and return {partition: error code} from the answer, or
+    None when the broker closes the connection or does not answer within ``timeout``."""
+    import socket
+
+    from kafka.protocol.producer.produce import ProduceResponse
+
+    header = parse_request_header(frame)
+    with socket.create_connection((broker.host, broker.port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        try:
+            size = struct.unpack(">i", _recv(sock, 4))[0]
+            body = _recv(sock, size)
+        except (TimeoutError, AssertionError, ConnectionError):
+            return None
+    assert struct.unpack_from(">i", body, 0)[0] == header.correlation_id
+    resp = ProduceResponse.decode(memoryview(body)[4:], version=header.api_version, header=False)
+    return {p.index: p.error_code for t in resp.responses for p in t.partition_responses}
+
+
+def _recv(sock: object, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))  # type: ignore[attr-defined]
+        assert chunk, "broker closed the connection"
+        out += chunk
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.kafka_only
+@pytest.mark.parametrize("case", KAFKA_REFUSES)
+def test_real_kafka_refuses_what_the_checker_reports(
+    case: str, local_broker: Broker, topic: str
+) -> None:
+    kwargs, expected = BAD_CASES[case]
+    flagged = {p for _rule, p in expected if p is not None}
+    create_topic(local_broker.bootstrap, topic, 4)
+    frame = produce_frame(**{**kwargs, "topic": topic})  # type: ignore[arg-type]
+    answers = _send_raw(local_broker, frame)
+    sent = set(kwargs["partitions"])  # type: ignore[call-overload]
+    if answers is None:
+        assert case in KAFKA_NO_ANSWER, f"{case}: Kafka did not answer"
+        answers = dict.fromkeys(sent, -1)
+    assert case not in KAFKA_NO_ANSWER or answers == dict.fromkeys(sent, -1), answers
+    assert set(answers) == sent, answers
+    for p in sent:
+        if p in flagged:
+            assert answers[p] != 0, f"{case}: Kafka accepted partition {p}: {answers}"
+            if case in KAFKA_CODES:
+                assert answers[p] == KAFKA_CODES[case], answers
+        else:
+            assert answers[p] == 0, f"{case}: Kafka refused unflagged partition {p}: {answers}"
+    after = ends(local_broker, topic, 4)
+    for p in range(4):
+        assert (after[p] > 0) == (p in sent and p not in flagged), (case, after)

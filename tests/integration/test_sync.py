@@ -36,7 +36,7 @@ from tests.integration.sync_support import (
 )
 from tests.support.data import produce_kafka_python
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 Run = Callable[..., CliResult]
 
