@@ -2,6 +2,7 @@
 
     python scripts/bench.py --size-mb 300 --json bench-results.json
     python scripts/bench.py --smoke                 # tiny sizes, for the test suite
+    python scripts/bench.py --broker kafka --contenders partsync,ideal,mirrormaker2
 
 One run, same brokers, same data: a source broker gets one topic per codec (none, lz4, zstd;
 several partitions; records of 100 B to 10 KB, log-uniformly distributed, JSON-like values
@@ -13,7 +14,12 @@ each contender copies each topic into a fresh destination broker, one after anot
    checked (scripts/bench_contenders/ideal.py), the ceiling partsync is judged against;
 3. ``confluent-mirror``: consumer -> producer loop with confluent-kafka (deep: decompress,
    re-batch, recompress), MirrorMaker's approach;
-4. ``kafka-python-mirror``: the same loop with kafka-python.
+4. ``kafka-python-mirror``: the same loop with kafka-python;
+5. ``mirrormaker2`` (``--broker kafka`` only): Apache Kafka's MirrorMaker 2 as its own JVM
+   (scripts/bench_contenders/mirrormaker2.py), which measures the JVM itself.
+
+``--broker kafka`` runs it all on real Apache Kafka (``--kafka-version``, default 4.1.1): single
+node KRaft clusters started as JVM processes from Maven jars (tests/support/kafka_jvm.py).
 
 Every contender is its own process: its wall time, CPU (user+sys) and peak RSS come from
 ``os.wait4`` on that process alone. Broker CPU is read from /proc/<pid>/stat separately.
@@ -31,12 +37,15 @@ present). Ratios are what to compare: these machines are shared and noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,12 +53,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tests.support.kafka_jvm (real Apache Kafka from Maven)
 
 from partsync._kafka import Connection
 from partsync.config import ClusterRef
-from partsync.demo.brokers import Broker, start_noida, start_tansu
-from partsync.demo.data import create_topic
+from partsync.demo.brokers import start_noida, start_tansu
+from partsync.demo.data import create_topic as _create_topic
 from partsync.io.cluster import Cluster
 from partsync.wire.batch import iter_batches
 from partsync.wire.records import iter_records
@@ -58,12 +71,37 @@ HERE = Path(__file__).resolve().parent
 CONTENDERS_DIR = HERE / "bench_contenders"
 DIGEST_BENCH = HERE / "bench_digest.py"
 CODECS = ("none", "lz4", "zstd")
-CONTENDERS = ("partsync", "ideal", "confluent-mirror", "kafka-python-mirror")
+CONTENDERS = ("partsync", "ideal", "confluent-mirror", "kafka-python-mirror", "mirrormaker2")
+DEFAULT_CONTENDERS = CONTENDERS[:4]
+KAFKA_ONLY = ("mirrormaker2",)  # needs real Apache Kafka brokers (--broker kafka)
+DEEP_MIRRORS = ("confluent-mirror", "kafka-python-mirror", "mirrormaker2")
 EXPERIMENTS = ("main", "scaling", "noop", "digest")
 RUNNERS = {
     "ideal": CONTENDERS_DIR / "ideal.py",
     "confluent-mirror": CONTENDERS_DIR / "confluent_mirror.py",
     "kafka-python-mirror": CONTENDERS_DIR / "kafka_python_mirror.py",
+    "mirrormaker2": CONTENDERS_DIR / "mirrormaker2.py",
+}
+# Contenders that measure themselves (a JVM they start): their JSON line's "measured" replaces
+# the harness's wait4 numbers, which would only cover the Python runner.
+SELF_MEASURED = ("mirrormaker2",)
+# --broker kafka: Kafka's own throughput JVM settings (kafka-run-class.sh), C2 on (no
+# -XX:TieredStopAtLevel=1), a 1 GiB heap; and broker configs for a single-node benchmark.
+KAFKA_HEAP = "1g"
+KAFKA_JVM_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+)
+KAFKA_OVERRIDES = {
+    # A group's first join completes at once (Kafka waits 3 s by default): partsync joins a
+    # group per run and MirrorMaker's Connect herder joins one.
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "1",  # created by warm_up(), not during a measured copy
 }
 MIN_RECORD, MAX_RECORD = 100, 10_000
 MB, GB = 1e6, 1e9
@@ -82,6 +120,7 @@ class Settings:
     broker: str
     contenders: tuple[str, ...]
     experiments: tuple[str, ...] = ("main", "scaling", "noop", "digest")
+    kafka_version: str = "4.1.1"
     seed: int = 1
     smoke: bool = False
 
@@ -146,6 +185,31 @@ def make_corpus(n_bytes: int, seed: int) -> bytes:
     return "".join(parts).encode()
 
 
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    config: dict[str, str] | None = None,
+    *,
+    timeout: float = 15.0,
+) -> None:
+    """Create ``topic`` (unlimited retention) and wait until every partition's leader answers
+    ListOffsets: Kafka lists a leader in metadata a moment before the partition serves."""
+    _create_topic(bootstrap, topic, partitions, config, timeout=timeout)
+    host, port = bootstrap.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    parts = list(range(partitions))
+    with Connection(host, int(port), cluster=bootstrap, client_id="bench-create") as conn:
+        while True:
+            answers = conn.list_offsets(topic, parts, -2)  # EARLIEST
+            bad = {p: code for p, (code, _o) in answers.items() if code}
+            if not bad and len(answers) == partitions:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic} on {bootstrap} not ready: errors {bad}")
+            time.sleep(0.1)
+
+
 def compression_ratio(codec: str, corpus: bytes) -> float:
     """Raw / compressed size of a 1 MB batch-like sample (to size topics by stored bytes)."""
     sample = corpus[: 1 << 20]
@@ -199,7 +263,7 @@ def produce_topic(
         size = int(math.exp(rng.uniform(lo, hi)))
         at = rng.randrange(limit)
         key = b"user-%08d" % rng.randrange(10**6)
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("trace-id", b"%032x" % rng.getrandbits(128)),
             ("content-type", b"application/json"),
         ]
@@ -233,6 +297,7 @@ class PartitionScan:
     records: int = 0
     batch_digest: str = ""
     record_digest: str = ""
+    codecs: set[str] = field(default_factory=set)
 
 
 def _ref(bootstrap: str) -> ClusterRef:
@@ -273,6 +338,7 @@ def scan_topic(
                         offset = batch.next_offset
                         scan.batches += 1
                         scan.bytes += batch.size
+                        scan.codecs.add(batch.codec)
                         bh.update(batch.digest())
                         if records:
                             for r in iter_records(batch):
@@ -298,6 +364,7 @@ def compare(src: dict[int, PartitionScan], dst: dict[int, PartitionScan]) -> dic
         "batches_identical": same_batches,
         "dest_batches": sum(d.batches for d in dst.values()),
         "dest_bytes": sum(d.bytes for d in dst.values()),
+        "dest_codecs": sorted(set().union(*(d.codecs for d in dst.values()))),
     }
 
 
@@ -306,7 +373,84 @@ def compare(src: dict[int, PartitionScan], dst: dict[int, PartitionScan]) -> dic
 # --------------------------------------------------------------------------------------------
 
 
-def broker_cpu_s(broker: Broker) -> float:
+class BenchBroker(Protocol):
+    """What the benchmark needs of a broker: Tansu/noida ``Broker`` or ``KafkaBroker``."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(eq=False)
+class KafkaBroker:
+    """A single-node Apache Kafka cluster (tests/support/kafka_jvm.py) as a benchmark broker;
+    its data directory goes when it stops."""
+
+    cluster: Any  # tests.support.kafka_jvm.KafkaCluster
+    data_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.cluster.bootstrap)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        proc: subprocess.Popen[bytes] | None = self.cluster.nodes[0].process
+        return proc
+
+    def stop(self) -> None:
+        self.cluster.stop(timeout=0)  # thrown away: kill at once
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def start_kafka(version: str, data_dir: Path) -> KafkaBroker:
+    from tests.support.kafka_jvm import start_kafka_cluster
+
+    cluster = start_kafka_cluster(
+        version,
+        1,
+        data_dir=data_dir,
+        overrides=KAFKA_OVERRIDES,
+        heap=KAFKA_HEAP,
+        jvm_opts=KAFKA_JVM_OPTS,
+    )
+    broker = KafkaBroker(cluster, data_dir)
+    try:
+        warm_up(broker.bootstrap)
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
+    """Wait until a fresh Kafka broker hands out producer ids and has a group coordinator.
+
+    Its first InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS until the broker got a block
+    of ids from the controller, and its first FindCoordinator creates __consumer_offsets:
+    start-up work of the broker, not of the contender that happens to come first.
+    """
+    host, port = bootstrap.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    with Connection(host, int(port), cluster=bootstrap, client_id="bench-warm-up") as conn:
+
+        def attempt(what: str) -> int:
+            if what == "InitProducerId":
+                return conn.try_init_producer_id()[0]
+            return conn.find_coordinator("bench-warm-up")[0]
+
+        for what in ("InitProducerId", "FindCoordinator"):
+            while (code := attempt(what)) != 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Kafka on {bootstrap}: {what} still fails ({code})")
+                time.sleep(0.1)
+
+
+def broker_cpu_s(broker: BenchBroker) -> float:
     """User+sys CPU seconds of a broker process so far (all its threads)."""
     assert broker.process is not None
     fields = Path(f"/proc/{broker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -378,8 +522,57 @@ def run_measured(argv: list[str], *, cwd: str, timeout: float) -> Measured:
         )
 
 
+def self_measured(m: Measured) -> Measured:
+    """A self-measuring runner's own numbers (its last stdout line's ``measured``)."""
+    try:
+        measured = json.loads(m.stdout.strip().splitlines()[-1])["measured"]
+    except (IndexError, KeyError, ValueError) as e:
+        return Measured(
+            1,
+            m.wall_s,
+            m.cpu_s,
+            m.user_s,
+            m.sys_s,
+            m.peak_rss_mb,
+            m.stdout,
+            f"{m.stderr}\nno 'measured' in the runner's output: {e!r}",
+        )
+    return Measured(
+        code=m.code,
+        wall_s=float(measured["wall_s"]),
+        cpu_s=float(measured["cpu_s"]),
+        user_s=float(measured["user_s"]),
+        sys_s=float(measured["sys_s"]),
+        peak_rss_mb=float(measured["peak_rss_mb"]),
+        stdout=m.stdout,
+        stderr=m.stderr,
+    )
+
+
+def runner_report(m: Measured) -> dict[str, Any]:
+    """A self-measuring runner's extra numbers (first data, CPU until then), rounded."""
+    try:
+        doc = json.loads(m.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for k, v in doc.get("measured", {}).items():
+        if k.startswith("first_data"):
+            out[k] = round(v, 3) if isinstance(v, float) else v
+    if "kafka_version" in doc:
+        out["kafka_version"] = doc["kafka_version"]
+    return out
+
+
 def contender_argv(
-    name: str, src: str, dst: str, topic: str, ends_file: str, codec: str, extra: list[str]
+    name: str,
+    src: str,
+    dst: str,
+    topic: str,
+    ends_file: str,
+    codec: str,
+    extra: list[str],
+    kafka_version: str = "4.1.1",
 ) -> list[str]:
     if name == "partsync":
         return [
@@ -409,6 +602,7 @@ def contender_argv(
         ends_file,
         "--compression",
         codec,
+        *(["--kafka-version", kafka_version] if name == "mirrormaker2" else []),
         *extra,
     ]
 
@@ -439,7 +633,11 @@ class Row:
     batches_identical: bool = False
     complete: bool = False
     dest_batches: int = 0
+    dest_codecs: list[str] = field(default_factory=list)  # compression of the copied batches
     runs: list[dict[str, float]] = field(default_factory=list)
+    # What a self-measuring contender (mirrormaker2) reported beyond the columns: first data
+    # on the destination and the CPU spent until then, the runner's own harness cost.
+    reported: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -448,22 +646,27 @@ class Bench:
         self.s = settings
         self.log = log
         self.tmp = Path(tempfile.mkdtemp(prefix="partsync-bench-"))
-        self.brokers: list[Broker] = []
-        self.source: Broker | None = None
+        self.brokers: list[BenchBroker] = []
+        self.source: BenchBroker | None = None
+        self._broker_ids = itertools.count()
         self.rows: list[Row] = []
         self.scans: dict[str, dict[int, PartitionScan]] = {}
 
     # -- brokers ---------------------------------------------------------------------------
 
-    def start_broker(self) -> Broker:
+    def start_broker(self) -> BenchBroker:
+        n = next(self._broker_ids)
+        b: BenchBroker
         if self.s.broker == "tansu":
             b = start_tansu()
+        elif self.s.broker == "kafka":
+            b = start_kafka(self.s.kafka_version, self.tmp / f"kafka-{n}")
         else:
-            b = start_noida(self.tmp / f"noida-{len(self.brokers)}")
+            b = start_noida(self.tmp / f"noida-{n}")
         self.brokers.append(b)
         return b
 
-    def stop_broker(self, b: Broker) -> None:
+    def stop_broker(self, b: BenchBroker) -> None:
         b.stop()
         if b in self.brokers:
             self.brokers.remove(b)
@@ -471,6 +674,8 @@ class Bench:
     def close(self) -> None:
         for b in list(self.brokers):
             self.stop_broker(b)
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.tmp)
 
     # -- one copy --------------------------------------------------------------------------
 
@@ -498,9 +703,12 @@ class Bench:
                 str(ends_file),
                 codec,
                 extra,
+                self.s.kafka_version,
             )
             d0, s0 = broker_cpu_s(dest), broker_cpu_s(self.source)
             m = run_measured(argv, cwd=str(self.tmp), timeout=1800)
+            if contender in SELF_MEASURED and m.code == 0:
+                m = self_measured(m)
             d1, s1 = broker_cpu_s(dest), broker_cpu_s(self.source)
             verdict: dict[str, Any] = {}
             if check and m.code == 0:
@@ -531,6 +739,7 @@ class Bench:
             sum(s.records for s in src.values()),
         )
         runs = []
+        reports: list[dict[str, Any]] = []
         for i in range(self.s.repeat):
             m, verdict, dest_cpu, src_cpu = self.copy_once(
                 contender, topic, codec, partitions, extra or [], check=(i == 0)
@@ -545,6 +754,9 @@ class Bench:
                 row.batches_identical = verdict["batches_identical"]
                 row.complete = verdict["complete"]
                 row.dest_batches = verdict["dest_batches"]
+                row.dest_codecs = verdict["dest_codecs"]
+            if contender in SELF_MEASURED:
+                reports.append(runner_report(m))
             runs.append(
                 {
                     "wall_s": m.wall_s,
@@ -558,7 +770,10 @@ class Bench:
             )
         if runs:
             # The median run by wall time stands for the contender (noisy shared machine).
-            med = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+            order = sorted(range(len(runs)), key=lambda i: runs[i]["wall_s"])
+            med = runs[order[len(runs) // 2]]
+            if reports:
+                row.reported = reports[order[len(runs) // 2]]
             row.runs = [{k: round(v, 4) for k, v in r.items()} for r in runs]
             row.wall_s = round(med["wall_s"], 3)
             row.cpu_s = round(med["cpu_s"], 3)
@@ -789,7 +1004,7 @@ def ratios(rows: list[Row]) -> dict[str, Any]:
         entry["partsync_over_ideal_net_cpu_per_gb"] = ratio(
             ps.net_cpu_s_per_gb, ideal.net_cpu_s_per_gb if ideal else None
         )
-        for deep in ("confluent-mirror", "kafka-python-mirror"):
+        for deep in DEEP_MIRRORS:
             d = _find(rows, "main", deep, topic)
             entry[f"{deep}_over_partsync_cpu_per_gb"] = ratio(
                 d.cpu_s_per_gb if d else None, ps.cpu_s_per_gb
@@ -798,6 +1013,9 @@ def ratios(rows: list[Row]) -> dict[str, Any]:
                 d.net_cpu_s_per_gb if d else None, ps.net_cpu_s_per_gb
             )
             entry[f"partsync_over_{deep}_mb_s"] = ratio(ps.mb_per_s, d.mb_per_s if d else None)
+            entry[f"partsync_over_{deep}_net_mb_s"] = ratio(
+                ps.net_mb_per_s, d.net_mb_per_s if d else None
+            )
         out[topic] = entry
     return out
 
@@ -833,10 +1051,11 @@ def render_console(doc: dict[str, Any]) -> None:
         )
     console.print(table)
     rt = Table(title="ratios (gross = whole process; net = minus the contender's fixed cost)")
-    for col in RATIO_COLUMNS:
-        rt.add_column(col[0])
+    columns = ratio_columns(doc)
+    for title, _key in columns:
+        rt.add_column(title)
     for topic, e in doc["ratios"].items():
-        rt.add_row(topic, *(str(e[key]) for _title, key in RATIO_COLUMNS[1:]))
+        rt.add_row(topic, *(str(e[key]) for _title, key in columns[1:]))
     console.print(rt)
     if doc.get("noop"):
         n = doc["noop"]
@@ -871,7 +1090,19 @@ RATIO_COLUMNS = (
     ("net", "confluent-mirror_over_partsync_net_cpu_per_gb"),
     ("kafka-python/partsync CPU/GB", "kafka-python-mirror_over_partsync_cpu_per_gb"),
     ("net", "kafka-python-mirror_over_partsync_net_cpu_per_gb"),
+    ("MM2/partsync CPU/GB", "mirrormaker2_over_partsync_cpu_per_gb"),
+    ("net", "mirrormaker2_over_partsync_net_cpu_per_gb"),
+    ("partsync/MM2 MB/s", "partsync_over_mirrormaker2_mb_s"),
+    ("net", "partsync_over_mirrormaker2_net_mb_s"),
 )
+
+
+def ratio_columns(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ratio columns some topic has a value for (a contender not run has none)."""
+    entries = list(doc["ratios"].values())
+    return [RATIO_COLUMNS[0]] + [
+        (t, k) for t, k in RATIO_COLUMNS[1:] if any(e.get(k) is not None for e in entries)
+    ]
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -906,13 +1137,14 @@ def markdown_tables(doc: dict[str, Any]) -> str:
     ]
     for r in doc["rows"]:
         lines.append("| " + " | ".join(_row_cells(r)) + " |")
+    columns = ratio_columns(doc)
     lines += [
         "",
-        "| " + " | ".join(t for t, _k in RATIO_COLUMNS) + " |",
-        "|---|" + "--:|" * (len(RATIO_COLUMNS) - 1),
+        "| " + " | ".join(t for t, _k in columns) + " |",
+        "|---|" + "--:|" * (len(columns) - 1),
     ]
     for topic, e in doc["ratios"].items():
-        lines.append(f"| {topic} | " + " | ".join(str(e[k]) for _t, k in RATIO_COLUMNS[1:]) + " |")
+        lines.append(f"| {topic} | " + " | ".join(str(e[k]) for _t, k in columns[1:]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -968,7 +1200,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise SystemExit(
             f"unknown contender(s): {', '.join(sorted(unknown))}; known: {', '.join(CONTENDERS)}"
         )
-    experiments = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
+    if args.broker != "kafka" and set(contenders) & set(KAFKA_ONLY):
+        raise SystemExit(f"{', '.join(KAFKA_ONLY)} needs real Apache Kafka: add --broker kafka")
+    experiments_arg = args.experiments
+    if experiments_arg is None:
+        # Every Kafka broker is a JVM that takes seconds to start (and each copy gets a fresh
+        # one): the Kafka smoke run keeps to the main matrix (and the digest benchmark).
+        experiments_arg = "main,digest" if args.smoke and args.broker == "kafka" else "all"
+    if experiments_arg == "all":
+        experiments_arg = ",".join(EXPERIMENTS)
+    experiments = tuple(e.strip() for e in experiments_arg.split(",") if e.strip())
     unknown = set(experiments) - set(EXPERIMENTS)
     if unknown:
         raise SystemExit(
@@ -986,6 +1227,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             broker=args.broker,
             contenders=contenders,
             experiments=experiments,
+            kafka_version=args.kafka_version,
             smoke=True,
         )
     return Settings(
@@ -1001,6 +1243,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         broker=args.broker,
         contenders=contenders,
         experiments=experiments,
+        kafka_version=args.kafka_version,
     )
 
 
@@ -1015,7 +1258,15 @@ def run(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
     try:
         bench.source = bench.start_broker()
         doc["broker"] = {"kind": s.broker, "source": bench.source.bootstrap}
-        log(f"source broker: {s.broker} on {bench.source.bootstrap}")
+        if s.broker == "kafka":
+            doc["broker"].update(
+                version=s.kafka_version,
+                heap=KAFKA_HEAP,
+                jvm_opts=list(KAFKA_JVM_OPTS),
+                overrides=KAFKA_OVERRIDES,
+            )
+        kind = f"kafka {s.kafka_version}" if s.broker == "kafka" else s.broker
+        log(f"source broker: {kind} on {bench.source.bootstrap}")
         corpus = make_corpus(16 << 20 if not s.smoke else 2 << 20, s.seed)
         if "main" in s.experiments:
             log("main: one topic per codec, each contender copies each into a fresh broker")
@@ -1064,14 +1315,27 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="runs per measurement; the median by wall time is reported",
     )
-    ap.add_argument("--broker", choices=("tansu", "noida"), default="tansu")
-    ap.add_argument("--contenders", default=",".join(CONTENDERS))
+    ap.add_argument(
+        "--broker",
+        choices=("tansu", "noida", "kafka"),
+        default="tansu",
+        help="kafka: real Apache Kafka (JVM, jars from Maven Central), one node per cluster",
+    )
+    ap.add_argument(
+        "--kafka-version", default="4.1.1", help="Apache Kafka version for --broker kafka"
+    )
+    ap.add_argument(
+        "--contenders",
+        default=",".join(DEFAULT_CONTENDERS),
+        help=f"comma-separated, of {', '.join(CONTENDERS)} "
+        f"({', '.join(KAFKA_ONLY)}: --broker kafka only)",
+    )
     ap.add_argument(
         "--experiments",
-        default=",".join(EXPERIMENTS),
+        default=None,
         help="main: every contender on every codec topic; scaling: partition count and "
         "in-flight budget; noop: in-sync topic with many partitions; digest: "
-        "scripts/bench_digest.py",
+        "scripts/bench_digest.py (default all; --smoke --broker kafka: main,digest)",
     )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
