@@ -5,10 +5,14 @@ The appender walks a copy's chunk streams in order. At each chunk's first batch 
 serving source's copy of the previous batch with what it appended last, so two sources that
 disagree are never mixed. Each batch is checked (no control/transactional batch, no compaction
 holes, no offset gap, the local topic stores it as sent), rewritten shallowly and submitted to
-the writer this process shares per local broker; a few requests may be in flight, with the
-idempotent sequence as ordering guard. The verifier reads the answers in send order: an error
-code, a fenced epoch or a base offset other than the source's stops the partition at once, and
-batches not yet sent are dropped.
+the writer this process shares per local broker, which packs many partitions' batches into one
+Produce request. One append per partition is in flight at a time: the next batch goes out only
+after the previous one's answer was verified. Kafka keeps no producer state for a partition it
+has not seen this producer on (every new session, and any partition whose state expired after
+``producer.id.expiration.ms``, which is all historical data) and then accepts any sequence, so
+a batch sent behind an append that is rejected would land at the rejected batch's offset. An
+error code, a fenced epoch or a base offset other than the source's stops the partition at
+once.
 """
 
 from __future__ import annotations
@@ -57,12 +61,12 @@ def append_in_order(
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
-    # Sent, unanswered Produce requests, in send order. A request is queued for the verifier
-    # only after it was sent (the verifier reads its answer at once); ``slots`` bounds how many
-    # are in flight (the broker dedupes idempotent retries over the last 5 only).
+    # The unanswered append, if any. ``slot`` admits one append at a time: the verifier gives
+    # it back only after the answer put the batch at the source's offset, never after a
+    # failure (the appender then sees the copy stopping and sends nothing more).
     inflight: queue.Queue[_Sent | None] = queue.Queue()
-    slots = threading.BoundedSemaphore(ctx.opts.max_in_flight_requests)
-    verifier = threading.Thread(target=_verify, args=(ctx, inflight, slots), daemon=True,
+    slot = threading.Semaphore(1)
+    verifier = threading.Thread(target=_verify, args=(ctx, inflight, slot), daemon=True,
                                 name=f"verify-{ctx.topic}-{ctx.partition}")  # fmt: skip
     verifier.start()
     pid, epoch, sequence = session.producer_id, session.epoch, session.sequence
@@ -108,7 +112,7 @@ def append_in_order(
                     raise
                 data = rewrite_for_append(b, pid, epoch, sequence)
                 sequence = (sequence + b.record_count) & 0x7FFFFFFF
-                while not slots.acquire(timeout=0.5):
+                while not slot.acquire(timeout=0.5):
                     ctx.check_running()
                 ctx.check_running()
                 fut = writer.submit(ctx.topic, ctx.partition, data, drop_unsent)
@@ -149,7 +153,7 @@ def _check_agreement(stream: ChunkStream, last: Batch | None, last_source: str) 
 
 
 def _verify(
-    ctx: CopyContext, inflight: queue.Queue[_Sent | None], slots: threading.BoundedSemaphore
+    ctx: CopyContext, inflight: queue.Queue[_Sent | None], slot: threading.Semaphore
 ) -> None:
     answer_timeout = ctx.opts.produce_timeout_ms / 1000 + 10
     where: dict[str, Any] = {
@@ -166,14 +170,13 @@ def _verify(
             try:
                 res = sent.future.result(answer_timeout)
             except Cancelled:
+                ctx.budget.release(sent.size)
+                slot.release()
                 continue  # dropped unsent because the partition had already stopped
             except PartsyncError as e:
                 if e.topic is None:
                     e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
                 raise
-            finally:
-                slots.release()
-                ctx.budget.release(sent.size)
             if res is None:
                 raise ClusterError("Produce response lacks the partition", offset=base, **where)
             if res.error_code in FENCED_CODES:
@@ -193,7 +196,11 @@ def _verify(
                     offset=base, **where,
                 )  # fmt: skip
             ctx.confirmed(sent.source, sent.size, nxt)
+            ctx.budget.release(sent.size)
+            slot.release()  # only now may the next batch of this partition go out
     except PartsyncError as e:
+        # Fail before anything else: the appender, waiting for the slot, must see the copy
+        # stopping, and the slot is not given back.
         ctx.append_failed.set()
         ctx.fail(e)
     except Exception as e:

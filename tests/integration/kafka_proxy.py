@@ -13,6 +13,11 @@ So tests put this proxy between partsync and the broker:
   transactional_id, a sequence with every producer id, a known codec, and acks == -1 (what
   partsync must send). Breaches go to :attr:`StrictProxy.violations`; the request is still
   forwarded, so the run goes on and every breach is collected.
+* No pipelining per partition (rule ``pipelined``): a Produce for a partition while an earlier
+  Produce for it is unanswered is a breach. Kafka keeps no producer state for a partition it
+  has not seen the producer on (a new session, or state expired after
+  ``producer.id.expiration.ms``, which is all historical data) and then accepts any sequence:
+  if the earlier batch is rejected, the later one lands at its offset.
 * Metadata responses (api key 3) are rewritten so the broker is advertised at the proxy's own
   address; otherwise a client would connect to the broker directly after bootstrapping and
   bypass the checker. The response is decoded with kafka-python's ``MetadataResponse`` (the
@@ -444,7 +449,7 @@ class _Link:
                 frame = _read_frame(self.client)
                 if frame is None:
                     return
-                header, answered = self.proxy._on_request(frame)
+                header, answered = self.proxy._on_request(frame, self)
                 if header is not None and answered:
                     with self._lock:
                         self._pending[header.correlation_id] = (header.api_key, header.api_version)
@@ -468,7 +473,7 @@ class _Link:
                 if api is None:
                     self.proxy._error(f"response with unknown correlation id {cid}")
                 else:
-                    frame = self.proxy._on_response(api[0], api[1], frame)
+                    frame = self.proxy._on_response(api[0], api[1], frame, self)
                 self.client.sendall(struct.pack(">i", len(frame)) + frame)
         except OSError:  # ConnectionError included
             pass
@@ -522,6 +527,8 @@ class StrictProxy:
         self.produced: list[ProducedBatch] = []
         self.requests: Counter[str] = Counter()  # api name -> requests seen
         self.metadata_rewritten = 0
+        # Unanswered Produce requests: partition -> (link, correlation id) of the request.
+        self._appending: dict[tuple[str, int], tuple[_Link, int]] = {}
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._count = 0
@@ -558,7 +565,9 @@ class StrictProxy:
 
     # -- callbacks from the pumps ---------------------------------------------------------
 
-    def _on_request(self, frame: bytes) -> tuple[RequestHeader | None, bool]:
+    def _on_request(
+        self, frame: bytes, link: _Link | None = None
+    ) -> tuple[RequestHeader | None, bool]:
         """Parse and (for Produce) check a request; return its header and whether the broker
         will answer it (a Produce with acks=0 gets no response)."""
         try:
@@ -578,9 +587,36 @@ class StrictProxy:
             if check is not None:
                 self.violations += check.violations
                 self.produced += check.batches
+                if check.acks != 0:
+                    self._track_appends(check, link)
         return header, check is None or check.acks != 0
 
-    def _on_response(self, api_key: int, version: int, frame: bytes) -> bytes:
+    def _track_appends(self, check: ProduceCheck, link: _Link | None) -> None:
+        """Record the request's partitions as being appended; flag one already being appended.
+        Caller holds the lock."""
+        cid = check.header.correlation_id
+        for b in check.batches:
+            key = (b.topic, b.partition)
+            earlier = self._appending.get(key)
+            if earlier is not None:
+                self.violations.append(Violation(
+                    "pipelined",
+                    f"sent while the append of correlation id {earlier[1]} for this partition "
+                    "is unanswered; if that one is rejected, this batch can land at its offset",
+                    b.topic, b.partition, cid,
+                ))  # fmt: skip
+            self._appending[key] = (link, cid)  # type: ignore[assignment]
+
+    def _on_response(
+        self, api_key: int, version: int, frame: bytes, link: _Link | None = None
+    ) -> bytes:
+        if api_key == PRODUCE:
+            (cid,) = struct.unpack_from(">i", frame, 0)
+            with self._lock:
+                for key, (lk, c) in list(self._appending.items()):
+                    if lk is link and c == cid:
+                        del self._appending[key]
+            return frame
         if api_key == METADATA:
             new, problem = rewrite_metadata_response(frame, version, self.host, self.port)
             with self._lock:
@@ -608,6 +644,10 @@ class StrictProxy:
     def _forget(self, link: _Link) -> None:
         with self._lock:
             self._links.discard(link)
+            # Answers that will never come: the client learns the outcome from the log.
+            for key, (lk, _c) in list(self._appending.items()):
+                if lk is link:
+                    del self._appending[key]
 
     # -- accepting and shutting down ------------------------------------------------------
 

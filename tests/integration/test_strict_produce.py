@@ -521,3 +521,20 @@ def test_real_kafka_refuses_what_the_checker_reports(
     after = ends(local_broker, topic, 4)
     for p in range(4):
         assert (after[p] > 0) == (p in sent and p not in flagged), (case, after)
+
+
+def test_the_proxy_flags_an_append_behind_an_unanswered_one() -> None:
+    """Rule ``pipelined``: a second Produce for a partition before the first one's answer is a
+    breach; after the answer (or after its connection closed) it is not."""
+    from tests.integration.kafka_proxy import StrictProxy
+
+    with StrictProxy("127.0.0.1:9") as proxy:  # never connected to: the callbacks are driven
+        link = object()
+        first = produce_frame({0: batch(2), 1: batch(2)}, correlation_id=1)
+        proxy._on_request(first, link)  # type: ignore[arg-type]
+        proxy._on_request(produce_frame({1: batch(2)}, correlation_id=2), link)  # type: ignore[arg-type]
+        assert rules(proxy.violations) == [("pipelined", 1)]
+        answer = struct.pack(">i", 1) + b"\x00" * 8
+        proxy._on_response(0, 8, answer, link)  # type: ignore[arg-type]
+        proxy._on_request(produce_frame({0: batch(2)}, correlation_id=3), link)  # type: ignore[arg-type]
+        assert rules(proxy.violations) == [("pipelined", 1)]  # 0 was answered: fine
