@@ -110,6 +110,14 @@ class Batch:
         if len(data) < HEADER_SIZE:
             raise CorruptBatchError(f"record batch of {len(data)} bytes is shorter than its header")
         fields = _HEADER.unpack_from(data, 0)
+        if fields[3] in (0, 1):
+            # Byte 16 is the magic in the old message formats too (offset, size, CRC, magic).
+            raise UnsafeError(
+                f"message set at offset {fields[0]} is in the old message format (magic "
+                f"{fields[3]}, written by Kafka < 0.11 or a down-converting broker); partsync "
+                "copies only record batch v2",
+                offset=fields[0],
+            )
         if fields[3] != 2:
             raise CorruptBatchError(
                 f"record batch magic {fields[3]} is not supported (only v2 batches, Kafka >= 0.11)",
@@ -244,6 +252,13 @@ def check_appendable(batch: Batch) -> None:
         raise UnsafeError(
             f"transactional batch {batch.base_offset}..{batch.last_offset}: its commit/abort "
             "marker cannot be reproduced by a client; replaying transactions is not supported",
+            offset=batch.base_offset,
+        )
+    if batch.log_append_time:
+        raise UnsafeError(
+            f"batch {batch.base_offset}..{batch.last_offset} has LogAppendTime timestamps (its "
+            "source topic stamps the broker's append time): a CreateTime local topic would "
+            "restamp it and a LogAppendTime one stamps its own time, so no copy keeps it as is",
             offset=batch.base_offset,
         )
     if batch.has_holes:

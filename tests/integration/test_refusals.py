@@ -419,3 +419,42 @@ def test_sources_that_disagree_in_the_middle_are_never_mixed(
     }
     assert got in prefixes.values(), "the local log mixes the two sources"
     assert end < 200, "copied past the range where the sources disagree"
+
+
+def _lat_source(clusters: Clusters, topic: str) -> tuple[str, int, str] | None:
+    """A source holding LogAppendTime batches intact: (name, first such offset, its span)."""
+    if clusters.kind("a") == "kafka":
+        # Apache Kafka stamps every batch of a LogAppendTime topic itself, from offset 0.
+        a = clusters.bootstrap("a")
+        create_topic(a, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+        produce(a, topic, records(40, seed=1), partition=0)
+        return "a", 0, "0.."
+    for name in ("a", "b"):  # Tansu restamps such a batch without a new CRC; noida keeps it
+        src = clusters.bootstrap(name)
+        create_topic(src, topic, 1)
+        produce(src, topic, records(40, seed=1), partition=0)
+        stamped = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in range(3)], 2,
+                            attributes=0x08)  # fmt: skip
+        assert produce_raw(clusters[name], topic, 0, stamped) == 40
+        produce(src, topic, records(40, seed=2), partition=0)
+        stored = [b for b in fetch_batches(clusters[name], topic, 0) if b.log_append_time]
+        if stored and all(b.crc_ok() for b in stored):
+            return name, 40, "40..42"
+    return None
+
+
+def test_log_append_time_batches(clusters: Clusters, psync: Run, topic: str) -> None:
+    """A source batch with LogAppendTime timestamps cannot be copied as it is (a CreateTime
+    local topic restamps it, a LogAppendTime one stamps its own time): refused with where."""
+    create_topic(clusters.bootstrap("local"), topic, 1)
+    found = _lat_source(clusters, topic)
+    if found is None:
+        pytest.skip("no source broker here stores a LogAppendTime batch intact")
+    name, at, span = found
+    r = _sync(psync, topic, name)
+    e = by_partition(r.json, topic)[0]
+    assert r.code == 3, r.stderr
+    assert e["status"] == "unsafe" and e["local_end_after"] == at, r.stdout
+    assert "LogAppendTime" in e["reason"] and f"offset {at}" in e["reason"], e["reason"]
+    assert span in e["reason"] and f"cluster {name}" in e["reason"], e["reason"]
+    assert_prefix_of(clusters.bootstrap(name), clusters.bootstrap("local"), topic, 0, at)

@@ -175,11 +175,20 @@ def test_corrupt_batch_after_good_ones_yields_the_good_ones_first() -> None:
         next(it)
 
 
-@pytest.mark.parametrize("magic", [0, 1, 3])
-def test_other_magic_is_refused(magic: int) -> None:
+@pytest.mark.parametrize("magic", [0, 1])
+def test_old_message_format_is_refused_as_such_not_as_corruption(magic: int) -> None:
     bad = bytearray(build(3, base_offset=11))
     bad[MAGIC] = magic
-    with pytest.raises(CorruptBatchError, match=f"magic {magic}") as exc:
+    with pytest.raises(UnsafeError, match=f"old message format \\(magic {magic}") as exc:
+        list(iter_batches(bytes(bad)))
+    assert exc.value.offset == 11 and "offset 11" in str(exc.value)
+    assert not isinstance(exc.value, CorruptBatchError)
+
+
+def test_unknown_magic_is_corruption() -> None:
+    bad = bytearray(build(3, base_offset=11))
+    bad[MAGIC] = 3
+    with pytest.raises(CorruptBatchError, match="magic 3") as exc:
         list(iter_batches(bytes(bad)))
     assert exc.value.offset == 11
 
@@ -330,11 +339,12 @@ def test_rewrite_then_restore_base_offset_keeps_the_digest() -> None:
 
 
 def _observe(buf: bytes | bytearray) -> object:
-    """What partsync sees of a buffer: the digests of the batches it yields, or "corrupt"."""
+    """What partsync sees of a buffer: the digests of the batches it yields, or "rejected"
+    (corrupt, or an old message format)."""
     try:
         return tuple(b.digest() for b in iter_batches(buf))
-    except CorruptBatchError:
-        return "corrupt"
+    except (CorruptBatchError, UnsafeError):
+        return "rejected"
 
 
 def _ignored_bit(pos: int, bit: int) -> bool:
@@ -388,6 +398,16 @@ def test_digest_is_16_bytes_and_deterministic() -> None:
 
 
 # -- check_appendable -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_log_append_time_batch_is_refused(codec: str) -> None:
+    """A LogAppendTime batch would be restamped by any local topic: refused before writing."""
+    b = parse(set_attribute_bits(build(3, base_offset=40, codec=codec, producer=(1, 0, 0)),
+                                 TIMESTAMP_TYPE_BIT))  # fmt: skip
+    with pytest.raises(UnsafeError, match="LogAppendTime") as exc:
+        check_appendable(b)
+    assert exc.value.offset == 40 and "40..42" in str(exc.value)
 
 
 def test_plain_batch_is_appendable() -> None:
