@@ -24,6 +24,7 @@ __all__ = [
     "PartsyncError",
     "StoppedError",
     "TopicError",
+    "UnreplicatedError",
     "UnsafeError",
     "UsageError",
 ]
@@ -136,6 +137,12 @@ class BrokerError(ClusterError):
         self.error_code = error_code
         self.error_name = error_name
         self.retriable = retriable
+
+
+class UnreplicatedError(ClusterError):
+    """The local partition's high watermark is below its log end: an append is in the leader's
+    log but not on every in-sync replica yet. Nothing is appended until it is (the next append
+    would land at the log end, and the tail may still be truncated by a leader change)."""
 
 
 class TopicError(PartsyncError):

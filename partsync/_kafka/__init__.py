@@ -16,7 +16,15 @@ from partsync._kafka.codes import (
     fetch_error,
     raise_for_code,
 )
-from partsync._kafka.connection import EARLIEST, GROUP_KEY, LATEST, PROBE_WAIT_MS, TXN_KEY
+from partsync._kafka.connection import (
+    CONSUMER_REPLICA,
+    DEBUG_REPLICA,
+    EARLIEST,
+    GROUP_KEY,
+    LATEST,
+    PROBE_WAIT_MS,
+    TXN_KEY,
+)
 from partsync._kafka.requests import (
     BrokerInfo,
     Connection,
@@ -29,7 +37,9 @@ from partsync._kafka.requests import (
 )
 
 __all__ = [
+    "CONSUMER_REPLICA",
     "COORDINATOR_RETRY_CODES",
+    "DEBUG_REPLICA",
     "EARLIEST",
     "FENCED_CODES",
     "GROUP_KEY",

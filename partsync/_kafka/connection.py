@@ -47,10 +47,22 @@ from partsync._kafka.codes import error_name, raise_for_code
 from partsync.config import Security
 from partsync.errors import ClusterError
 
-__all__ = ["EARLIEST", "GROUP_KEY", "LATEST", "PROBE_WAIT_MS", "TXN_KEY", "BrokerConnection"]
+__all__ = [
+    "CONSUMER_REPLICA",
+    "DEBUG_REPLICA",
+    "EARLIEST",
+    "GROUP_KEY",
+    "LATEST",
+    "PROBE_WAIT_MS",
+    "TXN_KEY",
+    "BrokerConnection",
+]
 
 EARLIEST = -2
 LATEST = -1
+# ListOffsets replica ids: a consumer sees the high watermark, the debug replica the log end.
+CONSUMER_REPLICA = -1
+DEBUG_REPLICA = -2
 GROUP_KEY = 0
 TXN_KEY = 1
 # Wait for probes of data that is known to exist. Kafka answers at once when data is there;

@@ -15,7 +15,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.codes import raise_for_code
-from partsync._kafka.connection import BrokerConnection
+from partsync._kafka.connection import CONSUMER_REPLICA, BrokerConnection
 from partsync._kafka.group_requests import BrokerInfo, GroupRequests, JoinResult
 
 __all__ = [
@@ -35,6 +35,9 @@ class PartitionMeta:
     partition: int
     leader: int
     error_code: int
+    # The leader's epoch (-1 when the broker does not say): sent with requests that must reach
+    # the current leader, so a stale one answers FENCED_LEADER_EPOCH instead of old data.
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -85,25 +88,41 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         out: dict[str, TopicMeta] = {}
         for t in resp.topics:
             parts = {
-                p.partition_index: PartitionMeta(p.partition_index, p.leader_id, p.error_code)
+                p.partition_index: PartitionMeta(
+                    p.partition_index, p.leader_id, p.error_code, getattr(p, "leader_epoch", -1)
+                )
                 for p in t.partitions
             }
             out[t.name] = TopicMeta(t.name, t.error_code, parts)
         return Metadata(brokers, out)
 
     def list_offsets(
-        self, topic: str, partitions: list[int], timestamp: int
+        self,
+        topic: str,
+        partitions: list[int],
+        timestamp: int,
+        *,
+        replica_id: int = CONSUMER_REPLICA,
+        leader_epochs: dict[int, int] | None = None,
     ) -> dict[int, tuple[int, int]]:
-        """Returns {partition: (error_code, offset)} for EARLIEST/LATEST."""
+        """Returns {partition: (error_code, offset)} for EARLIEST/LATEST.
+
+        ``replica_id`` CONSUMER_REPLICA (-1) answers LATEST with the high watermark;
+        DEBUG_REPLICA (-2) with the log end offset, where the next append lands (Kafka lets any
+        replica answer it: pass ``leader_epochs`` so that only the current leader does)."""
+        epochs = leader_epochs or {}
+        P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
         req = ListOffsetsRequest(
-            replica_id=-1,
+            replica_id=replica_id,
             isolation_level=0,
             topics=[
                 ListOffsetsRequest.ListOffsetsTopic(
                     name=topic,
                     partitions=[
-                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=p, timestamp=timestamp
+                        P(
+                            partition_index=p,
+                            timestamp=timestamp,
+                            current_leader_epoch=epochs.get(p, -1),
                         )
                         for p in partitions
                     ],

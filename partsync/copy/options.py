@@ -11,13 +11,14 @@ __all__ = ["CopyOptions"]
 class CopyOptions:
     max_in_flight_bytes: int = 64 << 20
     fetch_max_bytes: int = 8 << 20
-    max_in_flight_requests: int = 5
     connections_per_broker: int = 1
     produce_timeout_ms: int = 30_000
     fetch_wait_ms: int = 500
     # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster
     # caps come from the cluster's config (ClusterRef.max_bytes_per_sec).
     max_bytes_per_sec: int | None = None
+    # How long to wait for the local high watermark to reach the log end before appending.
+    hw_wait_s: float = 30.0
     # Fence other partsync writers of the same local partition (see ``producer.transactional_id``).
     fencing: bool = True
 

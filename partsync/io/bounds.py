@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from partsync._kafka import EARLIEST, LATEST, PROBE_WAIT_MS, error_name
+from partsync._kafka import DEBUG_REPLICA, EARLIEST, LATEST, PROBE_WAIT_MS, error_name
 from partsync.errors import BrokerError, TopicError
 from partsync.plan.comparator import Bounds
 
 if TYPE_CHECKING:
     from partsync.io.cluster import Cluster
 
-__all__ = ["read_bounds"]
+__all__ = ["read_bounds", "read_log_ends"]
 
 
 def read_bounds(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int, Bounds]:
@@ -63,4 +63,41 @@ def read_bounds(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int
                     continue  # keep the ListOffsets answer
                 start = f.log_start_offset if f.log_start_offset >= 0 else out[p].log_start
                 out[p] = Bounds(start, max(start, f.high_watermark))
+    return out
+
+
+def read_log_ends(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int, int]:
+    """The log end offset of each partition: where the next append lands.
+
+    A consumer's view (the high watermark) trails it while an append is not yet replicated
+    (an acks=all append that timed out, or whose client died). ListOffsets(latest) as the
+    debug replica answers with the log end; since any replica may answer that, each request
+    carries the leader epoch from metadata, so only the current leader does. Brokers that
+    answer otherwise (Tansu: the last batch's base offset + 1) never report less than the
+    high watermark's truth, so callers take the larger of the two."""
+    info = cluster.topic(topic)
+    if info is None:
+        raise TopicError("topic does not exist", cluster=cluster.name, topic=topic)
+    by_leader: dict[int, list[int]] = defaultdict(list)
+    for p in partitions:
+        by_leader[info.leaders[p]].append(p)
+    out: dict[int, int] = {}
+    for leader, parts in by_leader.items():
+        answers = cluster.broker_conn(leader).list_offsets(
+            topic, parts, LATEST, replica_id=DEBUG_REPLICA,
+            leader_epochs={p: info.leader_epochs.get(p, -1) for p in parts},
+        )  # fmt: skip
+        for p in parts:
+            code, offset = answers.get(p, (-1, -1))
+            if code:
+                raise BrokerError(
+                    "listing the log end offset",
+                    error_code=code,
+                    error_name=error_name(code),
+                    retriable=True,
+                    cluster=cluster.name,
+                    topic=topic,
+                    partition=p,
+                )
+            out[p] = offset
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Self, TypeVar
 
 from partsync._kafka import (
@@ -25,9 +25,9 @@ from partsync._kafka import (
     error_name,
 )
 from partsync.config import ClusterRef
-from partsync.errors import ClusterError, TopicError
+from partsync.errors import ClusterError, TopicError, UnreplicatedError
 from partsync.io import topic_admin
-from partsync.io.bounds import read_bounds
+from partsync.io.bounds import read_bounds, read_log_ends
 from partsync.io.writer import SharedWriter
 from partsync.plan.comparator import Bounds
 from partsync.retry import Backoff
@@ -38,11 +38,24 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+# InitProducerId answers worth asking again: a coordinator loading, moving or not there yet,
+# and an earlier holder's transaction still being completed.
+_INIT_PRODUCER_RETRY_CODES = COORDINATOR_RETRY_CODES | {ErrorCode.CONCURRENT_TRANSACTIONS}
+_FENCING_HINT = (
+    "; fencing needs the local cluster's transaction coordinator: the __transaction_state "
+    "topic must be creatable (a single-broker cluster needs "
+    "transaction.state.log.replication.factor=1 and transaction.state.log.min.isr=1) and, "
+    "under ACLs, WRITE and DESCRIBE on TransactionalId resources prefixed 'partsync:'; "
+    "--no-fencing appends without it"
+)
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
     partitions: int
     leaders: dict[int, int]
+    leader_epochs: dict[int, int] = field(default_factory=dict)
 
 
 class Cluster:
@@ -135,9 +148,11 @@ class Cluster:
                 )
                 if not code:
                     return pid, epoch
-            if code not in COORDINATOR_RETRY_CODES or not backoff.wait():
-                raise broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
+            if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
+                err = broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
                                    cluster=self.name)  # fmt: skip
+                err.reason += _FENCING_HINT
+                raise err
 
     def _any_broker(self) -> int:
         return min(self.metadata().brokers)
@@ -220,13 +235,14 @@ class Cluster:
                 topic=name,
             )
         leaders = {}
+        epochs = {p: pm.leader_epoch for p, pm in t.partitions.items()}
         for p, pm in sorted(t.partitions.items()):
             if pm.leader < 0:
                 raise ClusterError(
                     "partition has no leader", cluster=self.name, topic=name, partition=p
                 )
             leaders[p] = pm.leader
-        return TopicInfo(name, len(t.partitions), leaders)
+        return TopicInfo(name, len(t.partitions), leaders, epochs)
 
     def leader(self, topic: str, partition: int) -> int:
         info = self.topic(topic)
@@ -244,6 +260,30 @@ class Cluster:
     def bounds(self, topic: str, partitions: list[int]) -> dict[int, Bounds]:
         """Log start and high watermark of each partition (``io.bounds.read_bounds``)."""
         return read_bounds(self, topic, partitions)
+
+    def bounds_for_append(self, topic: str, partition: int, *, wait: float) -> Bounds:
+        """The partition's log start and log END, where the next append lands, once its high
+        watermark has reached the log end.
+
+        An append that is in the leader's log but not yet replicated (HW < LEO) would put the
+        next append at the log end, not at the high watermark a consumer sees, and can still be
+        truncated by a leader change: wait up to ``wait`` seconds for it to be replicated, then
+        give up with a retriable ``UnreplicatedError``."""
+        backoff = Backoff(0.2, 2.0, deadline=wait)
+        while True:
+            b = self.bounds(topic, [partition])[partition]
+            leo = max(b.end, read_log_ends(self, topic, [partition])[partition])
+            if leo == b.end:
+                return b
+            if not backoff.wait():
+                raise UnreplicatedError(
+                    f"the high watermark {b.end} is below the log end {leo}: an append is in "
+                    f"the leader's log but not on every in-sync replica after {wait:g}s (an "
+                    "acks=all append that timed out, a killed run, or replicas out of sync); "
+                    "not appending until it is",
+                    cluster=self.name, topic=topic, partition=partition, offset=b.end,
+                )  # fmt: skip
+            self.metadata(refresh=True)  # the leader may have moved meanwhile
 
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
         """The identity-relevant topic configs and warnings (``io.topic_admin``)."""

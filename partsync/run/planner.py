@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from partsync.config import ClusterRef
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, TopicError
+from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
@@ -124,7 +125,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         cfg, w = local.topic_configs(topic)
         warnings.extend(w)
         rules, refusal = rules_from(cfg)
-        local_bounds = local.bounds(topic, parts)
+        local_bounds = _local_bounds(local, topic, parts, warnings)
     src_bounds: dict[str, dict[int, Bounds]] = {}
     for name, c in src_clusters.items():
         try:
@@ -146,6 +147,26 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             plan = _located(plan, local.name)
         plans.append(plan)
     return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create)
+
+
+def _local_bounds(
+    local: Cluster, topic: str, parts: list[int], warnings: list[str]
+) -> dict[int, Bounds]:
+    """The local partitions' log start and log end (where the next append lands; a consumer's
+    high watermark can trail it), with a warning where they differ."""
+    hw = local.bounds(topic, parts)
+    ends = read_log_ends(local, topic, parts)
+    out = {}
+    for p in parts:
+        end = max(hw[p].end, ends[p])
+        if end > hw[p].end:
+            warnings.append(
+                f"cluster {local.name}, topic {topic} partition {p}: the log end {end} is ahead "
+                f"of the high watermark {hw[p].end} (an append not yet replicated); sync waits "
+                "for it before appending"
+            )
+        out[p] = Bounds(hw[p].log_start, end)
+    return out
 
 
 def _located(plan: PartitionPlan, local: str) -> PartitionPlan:

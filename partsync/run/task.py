@@ -71,12 +71,13 @@ def refresh_plan(
     """Re-read the partition's bounds where the task runs and plan again.
 
     Copying from a stale local end would make every append land at the wrong offset, so each
-    round starts from the bounds it reads itself. ``source_bounds`` reuses the sources' bounds
+    round starts from the bounds it reads itself; the local end is the log end (where the next
+    append lands), read once the high watermark has reached it. ``source_bounds`` reuses the sources' bounds
     of the same round (after a fence only the local end must be read again). A partition the
     driver refused stays refused unless it is now in sync.
     """
     p = task.plan
-    local_b = local.bounds(p.topic, [p.partition])[p.partition]
+    local_b = local.bounds_for_append(p.topic, p.partition, wait=task.options.hw_wait_s)
     src_b = source_bounds
     if src_b is None:
         src_b = {name: c.bounds(p.topic, [p.partition])[p.partition] for name, c in sources.items()}
@@ -214,6 +215,7 @@ def run_partition(
             session = None  # the broker's sequence state is unknown after a failure
             if not backoff.wait():
                 return merged
+            _refresh_metadata(task, pool)  # a moved leader is asked, not the old one again
             continue
         failures = 0
         backoff.reset()
@@ -222,6 +224,17 @@ def run_partition(
         hooks.wait_for_data(result.local_end_after)
         if stop.is_set():
             return merged
+
+
+def _refresh_metadata(task: PartitionTask, pool: ClusterPool) -> None:
+    """Forget every cluster's metadata the task uses before a retry: after
+    NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or a lost broker, the partition's leader (and
+    the writer shared per leader) must be looked up again."""
+    for ref in (task.local, *task.sources):
+        try:
+            pool.get(ref).metadata(refresh=True)
+        except PartsyncError:
+            pass  # the round itself reports an unreachable cluster
 
 
 def _interrupted(result: PartitionResult, hooks: RoundHooks) -> PartitionResult:
