@@ -67,6 +67,7 @@ class Cluster:
         self._conns: dict[int, Connection] = {}
         self._writers: dict[int, SharedWriter] = {}
         self._bootstrap: Connection | None = None
+        self._bootstrap_next = 0
         self._metadata: Metadata | None = None
 
     # -- connections --------------------------------------------------------------------------
@@ -85,9 +86,14 @@ class Cluster:
         if self._bootstrap is not None and not self._bootstrap.closed:
             return self._bootstrap
         errors = []
-        for host, port in self.ref.bootstrap_servers:
+        servers = self.ref.bootstrap_servers
+        # Start after the server whose connection failed last: a broker that accepts
+        # connections but does not answer must not be asked first every time.
+        for i in range(len(servers)):
+            host, port = servers[(self._bootstrap_next + i) % len(servers)]
             try:
                 self._bootstrap = self._connect(host, port)
+                self._bootstrap_next = (self._bootstrap_next + i) % len(servers)
                 return self._bootstrap
             except ClusterError as e:
                 errors.append(e.reason)
@@ -215,6 +221,7 @@ class Cluster:
             return fn(conn)
         except ClusterError:
             self._bootstrap = None
+            self._bootstrap_next += 1
             raise
 
     def metadata(self, refresh: bool = False) -> Metadata:
