@@ -595,15 +595,15 @@ class StrictProxy:
         """Record the request's partitions as being appended; flag one already being appended.
         Caller holds the lock."""
         cid = check.header.correlation_id
-        for b in check.batches:
-            key = (b.topic, b.partition)
+        # Several batches of one partition in one request are their own violation (batch-count).
+        for key in dict.fromkeys((b.topic, b.partition) for b in check.batches):
             earlier = self._appending.get(key)
             if earlier is not None:
                 self.violations.append(Violation(
                     "pipelined",
                     f"sent while the append of correlation id {earlier[1]} for this partition "
                     "is unanswered; if that one is rejected, this batch can land at its offset",
-                    b.topic, b.partition, cid,
+                    key[0], key[1], cid,
                 ))  # fmt: skip
             self._appending[key] = (link, cid)  # type: ignore[assignment]
 
