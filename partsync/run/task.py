@@ -128,10 +128,12 @@ def copy_round(
 def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionResult:
     """One result for a partition copied in several rounds.
 
-    A last round that found the partition in sync reports the whole run: ``synced`` if this
-    process appended some of it, ``handed-over`` if the local end moved while this process
-    appended nothing (another writer of the job, e.g. the member that owned it before a
-    rebalance, brought it there), ``in-sync`` only if nothing moved."""
+    When the last round found the partition in sync: ``synced`` if the local end is where this
+    process's own appends left it (and it appended some), ``in-sync`` if nothing moved at all.
+    If the end moved after this process's last round (another writer of the job, e.g. the
+    member that owned it during a rebalance, brought it further), the result is
+    ``handed-over`` and keeps where this process left it, so the offsets a run reports as its
+    own are the ones it wrote."""
     by_source = dict(first.bytes_by_source)
     for s, n in retry.bytes_by_source.items():
         by_source[s] = by_source.get(s, 0) + n
@@ -148,14 +150,17 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
         seconds=first.seconds + retry.seconds,
         peak_buffered_bytes=max(first.peak_buffered_bytes, retry.peak_buffered_bytes),
     )
-    if retry.status is not Status.IN_SYNC or first.local_end_before == retry.local_end_after:
+    if retry.status is not Status.IN_SYNC:
         return merged
+    if retry.local_end_after != first.local_end_after:
+        return merged.with_copy(local_end_after=first.local_end_after).with_status(
+            Status.HANDED_OVER,
+            f"another writer of the partition brought it from offset {first.local_end_after} "
+            f"to {retry.local_end_after}",
+        )
     if batches:
         return merged.with_status(Status.SYNCED, None)
-    return merged.with_status(
-        Status.HANDED_OVER,
-        f"brought to offset {retry.local_end_after} by another writer of the partition",
-    )
+    return merged
 
 
 @dataclass

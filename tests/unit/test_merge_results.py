@@ -37,7 +37,18 @@ def test_another_writer_brought_it_in_sync_is_a_hand_over_not_in_sync() -> None:
     stopped = _round(Status.HANDED_OVER, 0, 0, reason="ownership moved")
     m = merge_results(stopped, _round(Status.IN_SYNC, 1500, 1500))
     assert m.status is Status.HANDED_OVER and "another writer" in (m.reason or "")
-    assert (m.local_end_before, m.local_end_after, m.batches) == (0, 1500, 0)
+    assert "from offset 0 to 1500" in (m.reason or "")
+    assert (m.local_end_before, m.local_end_after, m.batches) == (0, 0, 0)
+
+
+def test_what_this_process_wrote_is_its_span_when_another_writer_finished_it() -> None:
+    """It wrote 0..855, handed over, and later found the partition complete: it reports
+    0..855 as its own, not 0..1500 (another member wrote 855..1500)."""
+    mine = _round(Status.HANDED_OVER, 0, 855, 9, reason="ownership moved")
+    m = merge_results(mine, _round(Status.IN_SYNC, 1500, 1500))
+    assert m.status is Status.HANDED_OVER
+    assert (m.local_end_before, m.local_end_after, m.batches) == (0, 855, 9)
+    assert "from offset 855 to 1500" in (m.reason or "")
 
 
 def test_nothing_moved_stays_in_sync_and_errors_stay_errors() -> None:
