@@ -57,18 +57,20 @@ class Engine:
 
 
 def tasks_for(
-    req: SyncRequest, plans: Sequence[TopicPlan], retries: int = 2
+    req: SyncRequest, plans: Sequence[TopicPlan], retries: int = 2, *, behind_only: bool = True
 ) -> list[PartitionTask]:
-    """One task per partition that is behind, in topics that were not refused as a whole."""
+    """One task per partition of the topics not refused as a whole: the partitions that are
+    behind, or (``behind_only`` off, for members that own partitions rather than copies) all."""
     tasks = []
     for tp in plans:
         if tp.refused or tp.error:
             continue
         for plan in tp.partitions:
-            if plan.condition is Condition.BEHIND:
-                srcs = tuple(r for r in req.sources if r.name in plan.sources)
-                tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules,
-                                           req.policy, retries))  # fmt: skip
+            if behind_only and plan.condition is not Condition.BEHIND:
+                continue
+            srcs = tuple(r for r in req.sources if r.name in plan.sources)
+            tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
+                                       retries))  # fmt: skip
     return tasks
 
 
@@ -202,7 +204,7 @@ def run_job(
         if group or opts.follow:
             # Members own partitions, not copies: every partition of the job's topics (one in
             # sync now is checked again when owned, and followed as the sources grow).
-            tasks = _all_tasks(req, plans, retries)
+            tasks = tasks_for(req, plans, retries, behind_only=False)
         runner = PartitionRunner(tasks, pool, run_opts, stop=stop, progress=progress,
                                  observer=observer)  # fmt: skip
         fatal = runner.run()
@@ -217,19 +219,6 @@ def run_job(
     if fatal is not None:
         code = ExitStatus.FAILURE
     return JobOutcome(report, code, fatal)
-
-
-def _all_tasks(req: SyncRequest, plans: Sequence[TopicPlan], retries: int) -> list[PartitionTask]:
-    """Every partition of a topic that was not refused as a whole, behind or not."""
-    tasks = []
-    for tp in plans:
-        if tp.refused or tp.error:
-            continue
-        for plan in tp.partitions:
-            srcs = tuple(r for r in req.sources if r.name in plan.sources)
-            tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
-                                       retries))  # fmt: skip
-    return tasks
 
 
 def plan_exit_status(plans: Sequence[TopicPlan]) -> ExitStatus:
