@@ -16,6 +16,7 @@ __all__ = [
     "COORDINATOR_RETRY_CODES",
     "FENCED_CODES",
     "LEADER_MOVED_CODES",
+    "REFUSED_RECORD_CODES",
     "ErrorCode",
     "broker_error",
     "error_name",
@@ -76,6 +77,12 @@ LEADER_MOVED_CODES = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
+)
+
+# The broker refused the batch itself (its timestamps, keys, size or format against the
+# topic's configs): sending it again cannot help, a person must change a config.
+REFUSED_RECORD_CODES = frozenset(
+    {ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE}
 )
 
 

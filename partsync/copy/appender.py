@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import FENCED_CODES, broker_error
+from partsync._kafka import FENCED_CODES, REFUSED_RECORD_CODES, broker_error, error_name
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.fetcher import END, ChunkStream
 from partsync.copy.producer import ProducerSession
@@ -185,8 +185,17 @@ def _verify(
                     "of this partition has a newer producer epoch; stopped writing it",
                     offset=base, **where,
                 )  # fmt: skip
+            detail = f" ({res.error_message})" if res.error_message else ""
+            if res.error_code in REFUSED_RECORD_CODES:
+                # Nothing landed (Kafka validates the whole batch before appending it), and
+                # sending it again would be refused again: the local topic's configs must change.
+                raise UnsafeError(
+                    f"the local broker refused batch {base}..{nxt - 1} from {sent.source} with "
+                    f"{error_name(res.error_code)}{detail}: check the local topic's configs "
+                    "(message.timestamp.*, cleanup.policy, max.message.bytes)",
+                    offset=base, **where,
+                )  # fmt: skip
             if res.error_code:
-                detail = f" ({res.error_message})" if res.error_message else ""
                 raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
                                    offset=base, **where)  # fmt: skip
             if res.base_offset != base:

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from partsync.errors import ClusterError, TopicError
-from partsync.plan.topic_rules import IDENTITY_CONFIGS, KAFKA_TOPIC_DEFAULTS, RETENTION_CONFIGS
+from partsync.plan.topic_rules import (
+    IDENTITY_CONFIGS,
+    KAFKA_TOPIC_DEFAULTS,
+    RETENTION_CONFIGS,
+    TIMESTAMP_CONFIGS,
+)
 from partsync.retry import Backoff
 
 if TYPE_CHECKING:
@@ -16,7 +21,8 @@ __all__ = ["create_topic", "topic_configs"]
 
 
 def topic_configs(cluster: Cluster, topic: str) -> tuple[dict[str, str], list[str]]:
-    """The identity-relevant topic configs (plus retention, where reported) and warnings
+    """The identity-relevant topic configs (plus retention and timestamp limits, where
+    reported) and warnings
     about what could not be read.
 
     Identity keys a broker does not report are filled with Apache Kafka's defaults, with a
@@ -46,7 +52,7 @@ def topic_configs(cluster: Cluster, topic: str) -> tuple[dict[str, str], list[st
             out[key] = KAFKA_TOPIC_DEFAULTS[key]
         else:
             out[key] = value
-    for key in RETENTION_CONFIGS:
+    for key in (*RETENTION_CONFIGS, *TIMESTAMP_CONFIGS):
         if raw.get(key) is not None:
             out[key] = str(raw[key])
     if missing:

@@ -7,6 +7,7 @@ the configs that keep batches identical.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ __all__ = [
     "IDENTITY_CONFIGS",
     "KAFKA_TOPIC_DEFAULTS",
     "RETENTION_CONFIGS",
+    "TIMESTAMP_CONFIGS",
+    "UNLIMITED_MS",
     "LocalTopicRules",
     "create_configs",
     "rules_from",
@@ -32,6 +35,15 @@ IDENTITY_CONFIGS = (
 # Copied to a topic created with --create-missing when the source reports them: a mirror that
 # keeps less history than its source would soon fall behind its log start.
 RETENTION_CONFIGS = ("retention.ms", "retention.bytes")
+# How far a record's timestamp may be behind or ahead of the broker's clock (KIP-937, Kafka
+# 3.6+; Kafka 4.0 defaults after.max.ms to 1 hour). The broker rejects a batch outside them
+# with INVALID_TIMESTAMP, which no retry fixes: historical data is often older than a limit.
+# difference.max.ms is the deprecated single limit both fall back to while left at default.
+TIMESTAMP_BEFORE = "message.timestamp.before.max.ms"
+TIMESTAMP_AFTER = "message.timestamp.after.max.ms"
+TIMESTAMP_DIFFERENCE = "message.timestamp.difference.max.ms"
+TIMESTAMP_CONFIGS = (TIMESTAMP_BEFORE, TIMESTAMP_AFTER, TIMESTAMP_DIFFERENCE)
+UNLIMITED_MS = 9223372036854775807  # Long.MAX_VALUE, Kafka's "no limit"
 # Apache Kafka's topic defaults, assumed when a broker's DescribeConfigs leaves a key out (Tansu
 # returns only explicitly set keys).
 KAFKA_TOPIC_DEFAULTS = {
@@ -48,8 +60,18 @@ class LocalTopicRules:
 
     compression_type: str = "producer"
     max_message_bytes: int | None = None
+    # None = no limit. Checked against this machine's clock: a batch right at a limit may
+    # still be refused by the broker, whose INVALID_TIMESTAMP answer is then reported as unsafe.
+    timestamp_before_max_ms: int | None = None
+    timestamp_after_max_ms: int | None = None
+    # A compacted topic rejects records without a key (INVALID_RECORD), so a compacted local
+    # topic needs the records looked at (the only check that decompresses).
+    compacted: bool = False
 
-    def check(self, batch: Batch) -> None:
+    def check(self, batch: Batch, now_ms: int | None = None) -> None:
+        """Refuse a batch the local topic would not store byte-for-byte or would reject.
+
+        ``now_ms`` is the clock for the timestamp limits (this machine's, by default)."""
         if self.compression_type not in ("producer", batch.codec) and not (
             self.compression_type == "uncompressed" and batch.codec == "none"
         ):
@@ -64,6 +86,62 @@ class LocalTopicRules:
                 f"{self.max_message_bytes}; raise it to at least the source's",
                 offset=batch.base_offset,
             )
+        if self.timestamp_before_max_ms is not None or self.timestamp_after_max_ms is not None:
+            self._check_timestamps(batch, int(time.time() * 1000) if now_ms is None else now_ms)
+        if self.compacted:
+            _check_keys(batch)
+
+    def _check_timestamps(self, batch: Batch, now_ms: int) -> None:
+        # The header gives the newest record's timestamp (maxTimestamp) and the first record's
+        # (baseTimestamp); records are in practice in time order, and a batch that is not is
+        # refused by the broker instead, which is reported the same way.
+        oldest, newest = batch.base_timestamp, batch.max_timestamp
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        if before is not None and oldest >= 0 and now_ms - oldest > before:
+            raise UnsafeError(
+                f"{batch.describe()} has a record timestamp {oldest} ms, {now_ms - oldest} ms "
+                f"before now, beyond the local topic's {TIMESTAMP_BEFORE}={before}: Kafka would "
+                "reject it (INVALID_TIMESTAMP); set the local topic's limit to "
+                f"{UNLIMITED_MS} (unlimited), as --create-missing does",
+                offset=batch.base_offset,
+            )
+        if after is not None and newest - now_ms > after:
+            raise UnsafeError(
+                f"{batch.describe()} has a record timestamp {newest} ms, {newest - now_ms} ms "
+                f"after now, beyond the local topic's {TIMESTAMP_AFTER}={after}: Kafka would "
+                "reject it (INVALID_TIMESTAMP); set the local topic's limit to "
+                f"{UNLIMITED_MS} (unlimited), as --create-missing does",
+                offset=batch.base_offset,
+            )
+
+
+def _check_keys(batch: Batch) -> None:
+    # Imported here: the records layer (decompression) is needed only for compacted topics.
+    from partsync.wire.records import iter_records
+
+    if batch.is_control:
+        return
+    for r in iter_records(batch):
+        if r.key is None:
+            raise UnsafeError(
+                f"{batch.describe()} holds a record without a key at offset {r.offset}; the "
+                "local topic is compacted (cleanup.policy has compact) and Kafka rejects "
+                "keyless records there (INVALID_RECORD)",
+                offset=r.offset,
+            )
+
+
+def _limit(configs: Mapping[str, str], key: str) -> int | None:
+    """A timestamp limit in ms as Kafka applies it: the key's value unless left at Long.MAX,
+    then the deprecated difference.max.ms; None when neither sets one."""
+    for k in (key, TIMESTAMP_DIFFERENCE):
+        try:
+            value = int(configs.get(k, UNLIMITED_MS))
+        except ValueError:
+            continue
+        if 0 <= value < UNLIMITED_MS:
+            return value
+    return None
 
 
 def create_configs(source_configs: Mapping[str, str]) -> dict[str, str]:
@@ -73,12 +151,14 @@ def create_configs(source_configs: Mapping[str, str]) -> dict[str, str]:
         "message.timestamp.type": "CreateTime",
         "cleanup.policy": source_configs.get("cleanup.policy", "delete"),
         "max.message.bytes": source_configs.get("max.message.bytes", "1048588"),
+        # Copied batches keep their original, often old, timestamps.
+        TIMESTAMP_BEFORE: str(UNLIMITED_MS),
+        TIMESTAMP_AFTER: str(UNLIMITED_MS),
     }
-    # Same retention as the source where it reports one (a shorter local retention only moves
-    # the local log start, never offsets, but a mirror is expected to keep what its source keeps).
+    # The source's retention where it reports one, else unlimited: the broker's default
+    # (7 days) would delete copied data older than that as soon as a segment rolls.
     for key in RETENTION_CONFIGS:
-        if key in source_configs:
-            cfg[key] = source_configs[key]
+        cfg[key] = source_configs.get(key, "-1")
     return cfg
 
 
@@ -94,4 +174,12 @@ def rules_from(configs: Mapping[str, str]) -> tuple[LocalTopicRules, str | None]
         max_bytes = int(configs.get("max.message.bytes", "0")) or None
     except ValueError:
         max_bytes = None
-    return LocalTopicRules(compression_type=compression, max_message_bytes=max_bytes), None
+    policy = {p.strip() for p in configs.get("cleanup.policy", "delete").lower().split(",")}
+    rules = LocalTopicRules(
+        compression_type=compression,
+        max_message_bytes=max_bytes,
+        timestamp_before_max_ms=_limit(configs, TIMESTAMP_BEFORE),
+        timestamp_after_max_ms=_limit(configs, TIMESTAMP_AFTER),
+        compacted="compact" in policy,
+    )
+    return rules, None

@@ -8,12 +8,14 @@ are built as raw batches and appended to a source; both test brokers accept them
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from partsync.demo.data import assert_partitions_identical, create_topic, produce
+from partsync.plan.topic_rules import UNLIMITED_MS
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
     CONTROL_ATTRIBUTES,
@@ -156,6 +158,46 @@ def test_local_topic_with_log_append_time(clusters: Clusters, psync: Run, topic:
             r, topic, p, 0, "message.timestamp.type=LogAppendTime", "cluster local", "offset 0"
         )
     assert ends(clusters["local"], topic, 2) == {0: 0, 1: 0}
+
+
+_DAY_MS = 86_400_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_records_older_than_the_local_topics_before_max_ms(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Kafka rejects a batch older than message.timestamp.before.max.ms (INVALID_TIMESTAMP,
+    which no retry fixes): the copy stops before it, with the limit and the offset named."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 1)
+    create_topic(local, topic, 1, {"message.timestamp.before.max.ms": str(_DAY_MS)})
+    _require_config(clusters, topic, "message.timestamp.before.max.ms", str(_DAY_MS))
+    produce(a, topic, records(60, seed=1, base_timestamp_ms=_now_ms()), partition=0)
+    old = _now_ms() - 30 * _DAY_MS
+    produce(a, topic, records(40, seed=2, base_timestamp_ms=old), partition=0)
+
+    _stop_then_refuse(clusters, psync, topic, "a", 60,
+                      "message.timestamp.before.max.ms=86400000", "offset 60")  # fmt: skip
+
+
+def test_records_from_the_future_beyond_the_local_topics_after_max_ms(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Kafka 4.0's default message.timestamp.after.max.ms is one hour: a source whose producers'
+    clocks ran two hours ahead is refused before anything is written."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 1, {"message.timestamp.after.max.ms": str(UNLIMITED_MS)})
+    create_topic(local, topic, 1, {"message.timestamp.after.max.ms": str(3_600_000)})
+    _require_config(clusters, topic, "message.timestamp.after.max.ms", "3600000")
+    ahead = _now_ms() + 2 * 3_600_000
+    produce(a, topic, records(50, seed=1, base_timestamp_ms=ahead), partition=0)
+
+    _refused(_sync(psync, topic), topic, 0, 0, "message.timestamp.after.max.ms=3600000")
+    assert ends(clusters["local"], topic, 1) == {0: 0}
 
 
 # --------------------------------------------------------------------------------------------

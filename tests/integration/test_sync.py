@@ -8,6 +8,7 @@ resuming after ``kill -9`` in test_resume.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from partsync.demo.data import (
     create_topic,
     produce,
 )
+from partsync.plan.topic_rules import UNLIMITED_MS
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
     Clusters,
@@ -274,6 +276,30 @@ def test_create_missing_creates_the_topic_like_the_sources(
     assert cfg["retention.ms"] == "-1"  # the source's retention, as docs/cli.md says
     if clusters.kind(source) != "tansu":
         assert cfg["retention.bytes"] == "-1"
+
+
+def test_create_missing_takes_every_timestamp_the_source_holds(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Copied batches keep their timestamps: a year old, or two hours ahead (a producer's clock
+    ran fast). Kafka 4.0's topic default message.timestamp.after.max.ms (1 hour) would reject
+    the latter, so --create-missing creates the topic without timestamp limits."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 1, {"message.timestamp.after.max.ms": str(UNLIMITED_MS)})
+    now = int(time.time() * 1000)
+    produce(a, topic, records(60, seed=1, base_timestamp_ms=now - 400 * 86_400_000), partition=0)
+    produce(a, topic, records(60, seed=2, base_timestamp_ms=now + 2 * 3_600_000), partition=0)
+
+    r = _sync(psync, topic, "a", "--create-missing")
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert_partitions_identical(a, local, topic, 1)
+    cfg = topic_configs(local, topic)
+    assert cfg["message.timestamp.before.max.ms"] == str(UNLIMITED_MS)
+    assert cfg["message.timestamp.after.max.ms"] == str(UNLIMITED_MS)
+    # The source reports no retention here (or its own): never the broker's 7-day default,
+    # which would delete the year-old copy as soon as a segment rolls.
+    assert cfg["retention.ms"] in ("-1", topic_configs(a, topic).get("retention.ms", "-1"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""The local topic's rules (``partsync.plan.topic_rules``): what a local Kafka topic would refuse
+or change is refused before anything is written, and ``--create-missing`` creates topics that
+refuse nothing a source holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from partsync.errors import UnsafeError
+from partsync.plan.topic_rules import (
+    UNLIMITED_MS,
+    LocalTopicRules,
+    create_configs,
+    rules_from,
+)
+from tests.unit.test_batch import TS, build, parse
+
+HOUR = 3_600_000
+DAY = 24 * HOUR
+
+
+def test_kafka_defaults_set_no_timestamp_limit_and_no_key_check() -> None:
+    rules, refusal = rules_from({"cleanup.policy": "delete", "compression.type": "producer"})
+    assert refusal is None
+    assert rules.timestamp_before_max_ms is None
+    assert rules.timestamp_after_max_ms is None
+    assert not rules.compacted
+    rules.check(parse(build(3)), now_ms=TS + 100 * DAY)
+
+
+def test_timestamp_limits_are_read_as_kafka_applies_them() -> None:
+    explicit, _ = rules_from({
+        "message.timestamp.before.max.ms": str(DAY),
+        "message.timestamp.after.max.ms": str(HOUR),
+    })  # fmt: skip
+    assert (explicit.timestamp_before_max_ms, explicit.timestamp_after_max_ms) == (DAY, HOUR)
+    # Kafka 3.x: the deprecated difference.max.ms applies while before/after are at Long.MAX.
+    legacy, _ = rules_from({
+        "message.timestamp.before.max.ms": str(UNLIMITED_MS),
+        "message.timestamp.difference.max.ms": str(2 * DAY),
+    })  # fmt: skip
+    assert (legacy.timestamp_before_max_ms, legacy.timestamp_after_max_ms) == (2 * DAY, 2 * DAY)
+    unlimited, _ = rules_from({
+        "message.timestamp.before.max.ms": str(UNLIMITED_MS),
+        "message.timestamp.after.max.ms": str(UNLIMITED_MS),
+        "message.timestamp.difference.max.ms": str(UNLIMITED_MS),
+    })  # fmt: skip
+    assert unlimited.timestamp_before_max_ms is None
+    assert unlimited.timestamp_after_max_ms is None
+
+
+def test_a_batch_older_than_before_max_ms_is_refused_with_its_offset() -> None:
+    rules = LocalTopicRules(timestamp_before_max_ms=DAY)
+    batch = parse(build(3, base_offset=500))
+    rules.check(batch, now_ms=TS + DAY - 1)  # within the limit
+    with pytest.raises(UnsafeError) as e:
+        rules.check(batch, now_ms=TS + 2 * DAY)
+    assert e.value.offset == 500
+    assert "message.timestamp.before.max.ms=86400000" in e.value.reason
+    assert not e.value.retriable
+
+
+def test_a_batch_from_the_future_beyond_after_max_ms_is_refused() -> None:
+    # Kafka 4.0's default after.max.ms is one hour: a source clock ahead by more is refused.
+    rules = LocalTopicRules(timestamp_after_max_ms=HOUR)
+    batch = parse(build(3, base_offset=7))
+    rules.check(batch, now_ms=TS)
+    with pytest.raises(UnsafeError, match=r"message\.timestamp\.after\.max\.ms=3600000") as e:
+        rules.check(batch, now_ms=TS - 2 * HOUR)
+    assert e.value.offset == 7
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete, compact"])
+def test_a_compacted_local_topic_refuses_keyless_records(policy: str) -> None:
+    rules, _ = rules_from({"cleanup.policy": policy})
+    assert rules.compacted
+    # build() leaves every third record's key out (offset delta 2).
+    with pytest.raises(UnsafeError, match="without a key at offset 102") as e:
+        rules.check(parse(build(3, base_offset=100, codec="lz4")))
+    assert e.value.offset == 102
+    rules.check(parse(build(2, base_offset=100, codec="lz4")))  # both keyed
+
+
+def test_a_delete_topic_takes_keyless_records() -> None:
+    rules, _ = rules_from({"cleanup.policy": "delete"})
+    rules.check(parse(build(3)))
+
+
+def test_create_missing_sets_no_timestamp_limit_and_keeps_or_unlimits_retention() -> None:
+    reported = create_configs({"retention.ms": "604800000", "retention.bytes": "-1"})
+    assert reported["retention.ms"] == "604800000"
+    assert reported["message.timestamp.before.max.ms"] == str(UNLIMITED_MS)
+    assert reported["message.timestamp.after.max.ms"] == str(UNLIMITED_MS)
+    # A source that does not report retention (Tansu reports only set keys): unlimited, never
+    # the broker default, which would delete old copied data as soon as a segment rolls.
+    silent = create_configs({})
+    assert silent["retention.ms"] == "-1"
+    assert silent["retention.bytes"] == "-1"
+    rules, refusal = rules_from(silent)
+    assert refusal is None
+    assert rules.timestamp_before_max_ms is None and rules.timestamp_after_max_ms is None
