@@ -87,7 +87,12 @@ REFUSED_RECORD_CODES = frozenset(
 
 
 def error_name(code: int) -> str:
-    return str(_kerrors.for_code(code).__name__)
+    """Kafka's own name for a code (``NOT_ENOUGH_REPLICAS``), as broker logs and docs say it."""
+    if code in ErrorCode._value2member_map_:
+        return ErrorCode(code).name
+    cls = _kerrors.for_code(code)
+    name = getattr(cls, "message", None)
+    return str(name) if name and name != "UNKNOWN" else f"{cls.__name__}"
 
 
 def error_retriable(code: int) -> bool:

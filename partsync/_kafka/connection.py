@@ -144,6 +144,7 @@ class BrokerConnection:
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._call_lock = threading.Lock()
+        self.last_throttle_ms = 0  # from the last Fetch answer (requests.Connection)
         self._pending: collections.deque[tuple[int, Any, int, str]] = collections.deque()
         self._correlation = 0
         self._versions: dict[str, int] = {}

@@ -4,6 +4,7 @@ kafka-python object, so the rest of partsync does not depend on its internals.""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,10 @@ class TopicMeta:
 class Metadata:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicMeta]
+
+
+# The longest a fetch waits out a broker's throttling before returning what it has (nothing).
+THROTTLE_WAIT_LIMIT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +176,10 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         self.send("Fetch", req)
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
+        """The answer to ``send_fetch``; ``last_throttle_ms`` keeps how long the broker asked
+        this client to wait before its next request (a quota)."""
         resp = self.receive()
+        self.last_throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)
         if getattr(resp, "error_code", 0):
             raise_for_code(resp.error_code, "Fetch", cluster=self.cluster)
         out: dict[int, FetchedPartition] = {}
@@ -189,10 +197,21 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
     def fetch(
         self, topic: str, wanted: list[tuple[int, int, int]], **kw: Any
     ) -> dict[int, FetchedPartition]:
+        """Send a Fetch and read its answer. A throttled answer (KIP-219: the broker answers a
+        client over its quota at once, without the partitions, with ``throttle_time_ms``, and
+        reads nothing more from it until that time has passed) is waited out and asked again,
+        for up to ``THROTTLE_WAIT_LIMIT_S`` in all; then the partial answer is returned."""
         # Held like call(): on a shared connection, two threads' fetches must not swap answers.
+        waited = 0.0
         with self._call_lock:
-            self.send_fetch(topic, wanted, **kw)
-            return self.receive_fetch()
+            while True:
+                self.send_fetch(topic, wanted, **kw)
+                out = self.receive_fetch()
+                pause = min(self.last_throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
+                if pause <= 0 or all(p in out for p, _o, _m in wanted):
+                    return out
+                time.sleep(pause)
+                waited += pause
 
     def send_produce(
         self,

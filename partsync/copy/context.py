@@ -78,6 +78,8 @@ class CopyContext:
         self.batches = 0
         self.bytes = 0
         self.confirmed_end = plan.local.end
+        # What the result should tell beyond its status (e.g. a check that could not be made).
+        self.notes: list[str] = []
         self._conns: list[Connection] = []
         self._conns_lock = threading.Lock()
 

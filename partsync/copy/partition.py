@@ -97,6 +97,7 @@ def copy_partition(
         batches_by_source=dict(ctx.batches_by_source),
         seconds=time.monotonic() - started,
         peak_buffered_bytes=ctx.budget.peak,
+        notes=tuple(ctx.notes),
     )
     if ctx.error is not None:
         status = (Status.UNSAFE if isinstance(ctx.error, UnsafeError)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from partsync._kafka import PROBE_WAIT_MS, Connection, FetchedPartition, fetch_error
-from partsync.errors import ClusterError, CorruptBatchError
+from partsync.errors import ClusterError, CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, iter_batches
 
 __all__ = ["MAX_FETCH_BYTES", "Fetched", "batch_at", "checked", "read_batches", "read_fetches"]
@@ -33,6 +33,8 @@ class Fetched:
     batches: list[Batch]
     received: int
     requested: int
+    # The base offset of the first batch at or past the range end, when the fetch saw one.
+    beyond: int | None = None
 
 
 def checked(
@@ -92,16 +94,17 @@ def read_fetches(
                     offset=offset)  # fmt: skip
         got: list[Batch] = []
         done = False
+        beyond = None
         for b in _verified(f, offset, cluster, topic, partition):
             if b.base_offset >= end:
-                done = True
+                done, beyond = True, b.base_offset
                 break
             got.append(b)
             offset = b.next_offset
             if offset >= end:
                 done = True
                 break
-        yield Fetched(got, len(f.records), size)
+        yield Fetched(got, len(f.records), size, beyond)
         if done:
             return
         if not got:
@@ -141,11 +144,22 @@ def read_batches(
 
 
 def batch_at(conn: Connection, cluster: str, topic: str, partition: int, offset: int) -> Batch:
-    """The batch holding ``offset`` on one cluster (CRC-checked)."""
-    for b in read_batches(conn, cluster, topic, partition, offset, offset + 1,
-                          fetch_bytes=_PROBE_BYTES):  # fmt: skip
-        if b.base_offset <= offset <= b.last_offset:
-            return b
+    """The batch holding ``offset`` on one cluster (CRC-checked).
+
+    An offset inside the log that no batch holds was removed by compaction (the log cleaner
+    drops batches whose records were all superseded): that is an ``UnsafeError``, since no
+    retry brings it back and nothing can be compared there."""
+    for fetched in read_fetches(conn, cluster, topic, partition, offset, offset + 1,
+                                fetch_bytes=_PROBE_BYTES):  # fmt: skip
+        for b in fetched.batches:
+            if b.base_offset <= offset <= b.last_offset:
+                return b
+        if fetched.beyond is not None:
+            raise UnsafeError(
+                f"no batch holds offset {offset}: the log goes on at offset {fetched.beyond} "
+                "(removed by compaction), so the histories cannot be compared there",
+                cluster=cluster, topic=topic, partition=partition, offset=offset,
+            )  # fmt: skip
         break
     raise ClusterError(
         f"no batch holding offset {offset} was returned",

@@ -44,6 +44,8 @@ class PartitionResult:
     error: PartsyncError | None = None
     seconds: float = 0.0
     peak_buffered_bytes: int = 0
+    # Facts worth knowing about a successful copy, e.g. a check that could not be made.
+    notes: tuple[str, ...] = ()
 
     def with_status(
         self, status: Status, reason: str | None, error: PartsyncError | None = None
@@ -70,6 +72,7 @@ class PartitionResult:
             "bytes_by_source": dict(self.bytes_by_source),
             "batches_by_source": dict(self.batches_by_source),
             "reason": self.reason,
+            "notes": list(self.notes),
         }
 
 

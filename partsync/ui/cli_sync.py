@@ -176,6 +176,16 @@ def plan(
     "--metrics-host", default="0.0.0.0", show_default=True, help="Address --metrics-port binds to."
 )
 @click.option(
+    "--replication-wait",
+    type=click.FloatRange(min=0),
+    default=CopyOptions().hw_wait_s,
+    show_default=True,
+    metavar="SECONDS",
+    help="Before appending to a local partition whose high watermark is below its log end "
+    "(an append not yet on every in-sync replica), wait up to SECONDS for replication; "
+    "then that partition fails with a retriable error (exit 1).",
+)
+@click.option(
     "--fencing/--no-fencing",
     default=True,
     show_default=True,
@@ -210,6 +220,7 @@ def sync(
     follow_wait_ms: int,
     metrics_port: int | None,
     metrics_host: str,
+    replication_wait: float,
     fencing: bool,
 ) -> None:
     """Copy what the local cluster lacks, at exactly the sources' offsets.
@@ -248,6 +259,7 @@ def sync(
         max_in_flight_bytes=max_in_flight_bytes,
         connections_per_broker=connections_per_broker,
         max_bytes_per_sec=max_bytes_per_sec,
+        hw_wait_s=replication_wait,
         fencing=fencing,
     )
     req = build_request(

@@ -158,6 +158,9 @@ def report_notes(report: SyncReport) -> list[str]:
                 # Errors already name their cluster/topic/partition/offset.
                 prefix = "" if p.reason.startswith("cluster ") else f"topic {p.topic} {where}: "
                 notes.append(f"{p.status.value}: {prefix}{p.reason}")
+            for note in p.notes:
+                where = f"topic {p.topic} partition {p.partition}"
+                notes.append(f"note: {where}: {note}")
     return notes
 
 

@@ -42,6 +42,7 @@ Use from a test module (the fixture is found when imported into the module's nam
 
 from __future__ import annotations
 
+import collections
 import socket
 import struct
 import threading
@@ -70,6 +71,8 @@ with warnings.catch_warnings():
     from kafka.protocol.metadata.metadata import MetadataResponse
     from kafka.protocol.producer.produce import ProduceRequest
 
+from tests.integration.kafka_semantics import KafkaSemantics, produce_answer
+
 __all__ = [
     "ProduceCheck",
     "ProducedBatch",
@@ -83,6 +86,8 @@ __all__ = [
 ]
 
 PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
 METADATA = 3
 # Responses carrying broker addresses this proxy does not rewrite.
 FIND_COORDINATOR = 10
@@ -143,6 +148,10 @@ class ProducedBatch:
     producer_epoch: int
     base_sequence: int
     size: int
+    magic: int = 2
+    attributes: int = 0
+    base_timestamp: int = -1
+    max_timestamp: int = -1
 
 
 @dataclass(frozen=True)
@@ -268,6 +277,22 @@ def check_partition_records(
     for i, b in enumerate(raw):
         h = _BatchHeader._make(_BATCH.unpack_from(b, 0))
         what = f"batch {i} ({len(b)} bytes)"
+        batches.append(
+            ProducedBatch(
+                topic,
+                partition,
+                _CODECS.get(h.attributes & 0x07, "?"),
+                h.record_count,
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                len(b),
+                h.magic,
+                h.attributes,
+                h.base_timestamp,
+                h.max_timestamp,
+            )
+        )
         if h.magic != 2:
             bad("magic", f"{what}: magic {h.magic}, only record batch v2 is accepted")
             continue
@@ -300,18 +325,6 @@ def check_partition_records(
                 "sequence",
                 f"{what}: producerId {h.producer_id} with baseSequence {h.base_sequence}",
             )
-        batches.append(
-            ProducedBatch(
-                topic,
-                partition,
-                _CODECS.get(h.attributes & 0x07, "?"),
-                h.record_count,
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                len(b),
-            )
-        )
     return out, batches
 
 
@@ -422,7 +435,11 @@ def _read_frame(sock: socket.socket) -> bytes | None:
 
 
 class _Link:
-    """One client connection and its upstream connection, with a pump thread per direction."""
+    """One client connection and its upstream connection, with a pump thread per direction.
+
+    Answers reach the client in request order, whether they come from the broker or from the
+    proxy itself (a rejected Produce, held for a while): Kafka answers a connection's requests
+    in order, and clients rely on it."""
 
     def __init__(
         self, proxy: StrictProxy, client: socket.socket, upstream: socket.socket, n: int
@@ -431,7 +448,11 @@ class _Link:
         self.client = client
         self.upstream = upstream
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
+        self._send_lock = threading.Lock()
+        # correlation id -> (api key, version, context for the answer's rewrite)
+        self._pending: dict[int, tuple[int, int, Any]] = {}
+        self._order: collections.deque[int] = collections.deque()  # answers owed, in order
+        self._ready: dict[int, bytes] = {}
         self._finished = 0
         self._closed = False
         self.threads = [
@@ -449,11 +470,18 @@ class _Link:
                 frame = _read_frame(self.client)
                 if frame is None:
                     return
-                header, answered = self.proxy._on_request(frame, self)
-                if header is not None and answered:
+                step = self.proxy._on_request(frame, self)
+                if step.header is not None and step.answered:
+                    cid = step.header.correlation_id
                     with self._lock:
-                        self._pending[header.correlation_id] = (header.api_key, header.api_version)
-                self.upstream.sendall(struct.pack(">i", len(frame)) + frame)
+                        self._order.append(cid)
+                        if step.forward is not None:
+                            self._pending[cid] = (step.header.api_key, step.header.api_version,
+                                                  step.context)  # fmt: skip
+                    if step.forward is None:  # answered by the proxy alone
+                        self.deliver_later(cid, step.answer(None), step.hold_s)
+                if step.forward is not None:
+                    self.upstream.sendall(struct.pack(">i", len(step.forward)) + step.forward)
         except OSError:  # ConnectionError included
             pass  # a side closed: the normal end of a connection
         except Exception as e:  # noqa: BLE001 - a proxy bug must fail the test, not hang it
@@ -472,15 +500,42 @@ class _Link:
                     api = self._pending.pop(cid, None)
                 if api is None:
                     self.proxy._error(f"response with unknown correlation id {cid}")
+                    continue
+                frame, hold = self.proxy._on_response(api[0], api[1], frame, self, api[2])
+                if hold > 0:
+                    self.deliver_later(cid, frame, hold)
                 else:
-                    frame = self.proxy._on_response(api[0], api[1], frame, self)
-                self.client.sendall(struct.pack(">i", len(frame)) + frame)
+                    self.deliver(cid, frame)
         except OSError:  # ConnectionError included
             pass
         except Exception as e:  # noqa: BLE001
             self.proxy._error(f"response pump: {e!r}")
         finally:
             self._finish()
+
+    def deliver(self, cid: int, frame: bytes) -> None:
+        """Send every answer that is next in request order."""
+        with self._send_lock:
+            with self._lock:
+                self._ready[cid] = frame
+                out = []
+                while self._order and self._order[0] in self._ready:
+                    head = self._order.popleft()
+                    out.append((head, self._ready.pop(head)))
+            try:
+                for answered, f in out:
+                    # An append counts as unanswered (the pipelining check) until its answer
+                    # goes out; marked first, since the client may send its next append as soon
+                    # as it has the answer.
+                    self.proxy._answered(self, answered)
+                    self.client.sendall(struct.pack(">i", len(f)) + f)
+            except OSError:
+                self.shutdown()
+
+    def deliver_later(self, cid: int, frame: bytes, delay: float) -> None:
+        timer = threading.Timer(delay, self.deliver, args=(cid, frame))
+        timer.daemon = True
+        timer.start()
 
     def shutdown(self) -> None:
         """Wake both pumps (a blocked recv returns) without closing the descriptors yet."""
@@ -513,6 +568,19 @@ class _Link:
                 t.join(timeout)
 
 
+@dataclass
+class _Step:
+    """What the proxy does with one request: forward ``forward`` (None: nothing), whether an
+    answer is owed, what the answer's rewrite needs, and how a proxy-made answer looks."""
+
+    header: RequestHeader | None
+    forward: bytes | None
+    answered: bool = True
+    context: Any = None
+    hold_s: float = 0.0
+    answer: Callable[[bytes | None], bytes] = lambda upstream: upstream or b""
+
+
 class StrictProxy:
     """Forward a loopback port to one broker, checking every Produce request on the way."""
 
@@ -527,6 +595,8 @@ class StrictProxy:
         self.produced: list[ProducedBatch] = []
         self.requests: Counter[str] = Counter()  # api name -> requests seen
         self.metadata_rewritten = 0
+        # Kafka's behaviours on demand (tests/integration/kafka_semantics.py).
+        self.kafka = KafkaSemantics()
         # Unanswered Produce requests: partition -> (link, correlation id) of the request.
         self._appending: dict[tuple[str, int], tuple[_Link, int]] = {}
         self._lock = threading.Lock()
@@ -550,8 +620,19 @@ class StrictProxy:
         with self._lock:
             return self.requests[ApiKey(PRODUCE).name]
 
-    def assert_clean(self) -> None:
-        """No rule broken, no proxy trouble, and at least one Produce checked (not vacuous)."""
+    def reset(self) -> None:
+        """Forget what was seen so far (a shared proxy between tests)."""
+        with self._lock:
+            self.violations.clear()
+            self.errors.clear()
+            self.produced.clear()
+            self.requests.clear()
+            self.kafka.clear()
+            self.kafka.injected.clear()
+
+    def assert_clean(self, *, require_produce: bool = True) -> None:
+        """No rule broken, no proxy trouble, and (unless told otherwise) at least one Produce
+        checked, so that a clean result is not vacuous."""
         with self._lock:
             violations, errors = list(self.violations), list(self.errors)
             produced = self.requests[ApiKey(PRODUCE).name]
@@ -559,22 +640,19 @@ class StrictProxy:
         assert violations == [], "Kafka Produce rule violations:\n" + "\n".join(
             map(str, violations)
         )
-        assert produced > 0, (
+        assert produced > 0 or not require_produce, (
             f"no Produce request went through the proxy (requests: {dict(self.requests)})"
         )
 
     # -- callbacks from the pumps ---------------------------------------------------------
 
-    def _on_request(
-        self, frame: bytes, link: _Link | None = None
-    ) -> tuple[RequestHeader | None, bool]:
-        """Parse and (for Produce) check a request; return its header and whether the broker
-        will answer it (a Produce with acks=0 gets no response)."""
+    def _on_request(self, frame: bytes, link: _Link | None = None) -> _Step:
+        """Parse and (for Produce) check a request, and decide what reaches the broker."""
         try:
             header = parse_request_header(frame)
         except (struct.error, ValueError) as e:
             self._error(f"unparsable request header: {e!r}")
-            return None, True
+            return _Step(None, frame)
         check = None
         if header.api_key == PRODUCE:
             check = check_produce_request(frame, require_acks=self.require_acks)
@@ -589,7 +667,18 @@ class StrictProxy:
                 self.produced += check.batches
                 if check.acks != 0:
                     self._track_appends(check, link)
-        return header, check is None or check.acks != 0
+        if check is not None:
+            verdict = self.kafka.on_produce(frame, header, check.batches)
+            answered = check.acks != 0
+            if not verdict.rejected:
+                return _Step(header, frame, answered)
+            version, cid, rejected = header.api_version, header.correlation_id, verdict.rejected
+            return _Step(header, verdict.frame, answered, verdict, verdict.hold_s,
+                         lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip
+        if header.api_key == LIST_OFFSETS:
+            asked = self.kafka.list_offsets_context(frame, header.api_version)
+            return _Step(header, frame, context=asked)
+        return _Step(header, frame)
 
     def _track_appends(self, check: ProduceCheck, link: _Link | None) -> None:
         """Record the request's partitions as being appended; flag one already being appended.
@@ -607,16 +696,27 @@ class StrictProxy:
                 ))  # fmt: skip
             self._appending[key] = (link, cid)  # type: ignore[assignment]
 
+    def _answered(self, link: _Link | None, cid: int) -> None:
+        with self._lock:
+            for key, (lk, c) in list(self._appending.items()):
+                if lk is link and c == cid:
+                    del self._appending[key]
+
     def _on_response(
-        self, api_key: int, version: int, frame: bytes, link: _Link | None = None
-    ) -> bytes:
+        self, api_key: int, version: int, frame: bytes, link: _Link | None = None,
+        context: Any = None,
+    ) -> tuple[bytes, float]:  # fmt: skip
+        """The answer to pass on, and how long to hold it."""
         if api_key == PRODUCE:
+            if context is None:
+                return frame, 0.0
+            # Partitions the proxy rejected: their errors join the broker's answer, held.
             (cid,) = struct.unpack_from(">i", frame, 0)
-            with self._lock:
-                for key, (lk, c) in list(self._appending.items()):
-                    if lk is link and c == cid:
-                        del self._appending[key]
-            return frame
+            return produce_answer(frame, version, cid, context.rejected), context.hold_s
+        if api_key == FETCH:
+            return self.kafka.rewrite_fetch(frame, version), 0.0
+        if api_key == LIST_OFFSETS and context:
+            return self.kafka.rewrite_list_offsets(frame, version, context), 0.0
         if api_key == METADATA:
             new, problem = rewrite_metadata_response(frame, version, self.host, self.port)
             with self._lock:
@@ -624,18 +724,18 @@ class StrictProxy:
                     self.errors.append(problem)
                 else:
                     self.metadata_rewritten += 1
-            return new
+            return new, 0.0
         if api_key == FIND_COORDINATOR:
             new, problem = rewrite_find_coordinator_response(frame, version, self.host, self.port)
             if problem:
                 self._error(problem)
-            return new
+            return new, 0.0
         if api_key in _UNREWRITTEN_ADDRESSES:
             self._error(
                 f"{_UNREWRITTEN_ADDRESSES[api_key]} response advertises broker addresses this "
                 "proxy does not rewrite; a client could bypass the checker"
             )
-        return frame
+        return frame, 0.0
 
     def _error(self, text: str) -> None:
         with self._lock:

@@ -35,6 +35,13 @@ class Clusters:
 
     brokers: Mapping[str, Broker]
     config: Path
+    # partsync's way to the local cluster (the config file names it): the strict proxy.
+    proxy: Any = None
+
+    @property
+    def kafka(self) -> Any:
+        """The local cluster's Kafka behaviours on demand (``KafkaSemantics``)."""
+        return self.proxy.kafka
 
     def __getitem__(self, name: str) -> Broker:
         return self.brokers[name]
@@ -46,10 +53,17 @@ class Clusters:
         return self.brokers[name].kind
 
 
-def write_config(path: Path, brokers: Mapping[str, Broker], local: str = "local") -> Path:
+def write_config(
+    path: Path,
+    brokers: Mapping[str, Broker],
+    local: str = "local",
+    addresses: Mapping[str, str] | None = None,
+) -> Path:
+    """A config file naming the brokers; ``addresses`` overrides where partsync reaches one."""
     lines = [f'local = "{local}"', ""]
     for name, b in brokers.items():
-        lines += [f"[clusters.{name}]", f'bootstrap_servers = ["{b.bootstrap}"]', ""]
+        bootstrap = (addresses or {}).get(name, b.bootstrap)
+        lines += [f"[clusters.{name}]", f'bootstrap_servers = ["{bootstrap}"]', ""]
     path.write_text("\n".join(lines))
     return path
 
@@ -209,7 +223,7 @@ REPORT_KEYS = {"topics", "seconds", "stopped"}
 TOPIC_KEYS = {"topic", "partitions", "warnings"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
-    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason",
+    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
 }  # fmt: skip
 # "handed-over" came with group ownership and fencing (issue 5).
 STATUSES = {"in-sync", "synced", "unsafe", "error", "handed-over"}
@@ -253,6 +267,9 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
             assert set(p["batches_by_source"]) == set(p["bytes_by_source"]), p
             assert sum(p["batches_by_source"].values()) == p["batches"], p
             assert p["reason"] is None or (isinstance(p["reason"], str) and p["reason"]), p
+            assert isinstance(p["notes"], list) and all(
+                isinstance(n, str) and n for n in p["notes"]
+            )
             assert p["local_end_after"] >= p["local_end_before"] >= 0, p
             if p["status"] == "in-sync":
                 assert p["local_end_before"] == p["local_end_after"] == p["target_end"], p

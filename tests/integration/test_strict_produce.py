@@ -534,7 +534,10 @@ def test_the_proxy_flags_an_append_behind_an_unanswered_one() -> None:
         proxy._on_request(first, link)  # type: ignore[arg-type]
         proxy._on_request(produce_frame({1: batch(2)}, correlation_id=2), link)  # type: ignore[arg-type]
         assert rules(proxy.violations) == [("pipelined", 1)]
-        answer = struct.pack(">i", 1) + b"\x00" * 8
-        proxy._on_response(0, 8, answer, link)  # type: ignore[arg-type]
+        proxy._answered(link, 1)  # type: ignore[arg-type]  # its answer reached the client
         proxy._on_request(produce_frame({0: batch(2)}, correlation_id=3), link)  # type: ignore[arg-type]
         assert rules(proxy.violations) == [("pipelined", 1)]  # 0 was answered: fine
+        proxy._on_request(produce_frame({2: batch(2)}, correlation_id=4), link)  # type: ignore[arg-type]
+        proxy._forget(link)  # type: ignore[arg-type]  # the connection closed: no answer comes
+        proxy._on_request(produce_frame({2: batch(2)}, correlation_id=5), object())  # type: ignore[arg-type]
+        assert rules(proxy.violations) == [("pipelined", 1)]
