@@ -279,13 +279,25 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         return pid, epoch
 
     def try_init_producer_id(
-        self, transactional_id: str | None = None, timeout_ms: int = 60_000
+        self,
+        transactional_id: str | None = None,
+        timeout_ms: int = 60_000,
+        current: tuple[int, int] | None = None,
     ) -> tuple[int, int, int]:
-        """(error code, producer id, epoch), for callers that retry coordinator errors."""
+        """(error code, producer id, epoch), for callers that retry coordinator errors.
+
+        ``current`` (producer id, epoch) renews an identity this client holds (KIP-360,
+        InitProducerId v3+): the coordinator bumps the epoch only if it is still the id's
+        current one, and answers PRODUCER_FENCED / INVALID_PRODUCER_EPOCH if another client
+        has initialised the transactional id since."""
+        pid, epoch = current or (-1, -1)
         resp = self.call(
             "InitProducerId",
             InitProducerIdRequest(
-                transactional_id=transactional_id, transaction_timeout_ms=timeout_ms
+                transactional_id=transactional_id,
+                transaction_timeout_ms=timeout_ms,
+                producer_id=pid,
+                producer_epoch=epoch,
             ),
         )
         return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)

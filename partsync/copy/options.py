@@ -21,6 +21,9 @@ class CopyOptions:
     hw_wait_s: float = 30.0
     # Fence other partsync writers of the same local partition (see ``producer.transactional_id``).
     fencing: bool = True
+    # Renew a long-lived owner's fencing identity this often, well inside the local cluster's
+    # transactional.id.expiration.ms (7 days by default), see ``producer.renew_producer``.
+    fencing_renew_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:

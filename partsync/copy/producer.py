@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from partsync.io.cluster import Cluster
 
-__all__ = ["ProducerSession", "open_producer", "transactional_id"]
+__all__ = ["ProducerSession", "open_producer", "renew_producer", "transactional_id"]
 
 
 def transactional_id(topic: str, partition: int) -> str:
@@ -32,6 +33,12 @@ class ProducerSession:
     epoch: int
     sequence: int = 0
     usable: bool = True
+    # Under the partition's transactional id (fencing on)?
+    fencing: bool = True
+    opened_at: float = field(default_factory=time.monotonic)
+
+    def older_than(self, seconds: float) -> bool:
+        return time.monotonic() - self.opened_at > seconds
 
 
 def open_producer(
@@ -40,4 +47,23 @@ def open_producer(
     """A new producer identity for appending the partition: with ``fencing``, under the
     partition's transactional id, which fences every earlier writer of it."""
     pid, epoch = local.init_producer_id(transactional_id(topic, partition) if fencing else None)
-    return ProducerSession(pid, epoch)
+    return ProducerSession(pid, epoch, fencing=fencing)
+
+
+def renew_producer(
+    local: Cluster, topic: str, partition: int, session: ProducerSession
+) -> ProducerSession:
+    """The same owner's identity with a new epoch, so the transactional id does not expire.
+
+    Kafka forgets a transactional id that has not been initialised or used in a transaction for
+    ``transactional.id.expiration.ms`` (7 days by default); after that a new writer's
+    InitProducerId would get a *new* producer id, which does not fence this one. Renewing
+    (between rounds, with no append in flight) passes the current id and epoch (KIP-360), so it
+    succeeds only while this owner still holds the id, and raises ``FencedError`` if another
+    writer took it over. The new epoch restarts the sequence at 0."""
+    if not session.fencing:
+        return session
+    pid, epoch = local.init_producer_id(
+        transactional_id(topic, partition), current=(session.producer_id, session.epoch)
+    )
+    return ProducerSession(pid, epoch, fencing=True)

@@ -15,6 +15,7 @@ from typing import Self, TypeVar
 
 from partsync._kafka import (
     COORDINATOR_RETRY_CODES,
+    FENCED_CODES,
     TXN_KEY,
     BrokerInfo,
     Connection,
@@ -25,7 +26,7 @@ from partsync._kafka import (
     error_name,
 )
 from partsync.config import ClusterRef
-from partsync.errors import ClusterError, TopicError, UnreplicatedError
+from partsync.errors import ClusterError, FencedError, TopicError, UnreplicatedError
 from partsync.io import topic_admin
 from partsync.io.bounds import read_bounds, read_log_ends
 from partsync.io.writer import SharedWriter
@@ -133,7 +134,11 @@ class Cluster:
                 return code, coord
 
     def init_producer_id(
-        self, transactional_id: str | None, *, timeout: float = 30.0
+        self,
+        transactional_id: str | None,
+        *,
+        timeout: float = 30.0,
+        current: tuple[int, int] | None = None,
     ) -> tuple[int, int]:
         """A producer id and epoch; with a transactional id, from that id's transaction
         coordinator (which bumps the epoch and so fences the id's previous holder).
@@ -150,10 +155,17 @@ class Cluster:
             if not code and coord is not None:
                 # The coordinator found may have moved by the time it is asked: ask again.
                 code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(
-                    transactional_id
+                    transactional_id, current=current
                 )
                 if not code:
                     return pid, epoch
+                if code in FENCED_CODES and current is not None:
+                    raise FencedError(
+                        f"renewing producer id {current[0]} epoch {current[1]} under "
+                        f"transactional id {transactional_id!r} was refused: another writer "
+                        "initialised it since",
+                        cluster=self.name,
+                    )
             if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
                 err = broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
                                    cluster=self.name)  # fmt: skip

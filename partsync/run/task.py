@@ -20,8 +20,8 @@ from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
-from partsync.copy.producer import ProducerSession, open_producer
-from partsync.errors import PartsyncError, StoppedError
+from partsync.copy.producer import ProducerSession, open_producer, renew_producer
+from partsync.errors import FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
@@ -109,12 +109,22 @@ def copy_round(
     sources = {ref.name: pool.get(ref) for ref in task.sources if ref.name in task.plan.sources}
     try:
         plan = refresh_plan(task, local, sources)
+        if (
+            plan.condition is Condition.BEHIND
+            and session is not None
+            and session.usable
+            and session.older_than(task.options.fencing_renew_s)
+        ):
+            session = renew_producer(local, task.plan.topic, task.plan.partition, session)
+            plan = refresh_plan(task, local, sources, dict(plan.sources))
         if plan.condition is Condition.BEHIND and (session is None or not session.usable):
             # About to write: take the partition over first (the new producer epoch fences any
             # earlier writer), then read the local end again, after the fence.
             session = open_producer(local, task.plan.topic, task.plan.partition,
                                     task.options.fencing)  # fmt: skip
             plan = refresh_plan(task, local, sources, dict(plan.sources))
+    except FencedError as e:  # another writer initialised the partition's transactional id
+        return _unplanned(task).with_status(Status.HANDED_OVER, str(e), e), None
     except PartsyncError as e:
         return _unplanned(task).with_status(Status.ERROR, str(e), e), None
     if on_plan is not None:

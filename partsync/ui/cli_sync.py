@@ -186,6 +186,16 @@ def plan(
     "then that partition fails with a retriable error (exit 1).",
 )
 @click.option(
+    "--fencing-renew",
+    type=click.FloatRange(min=1),
+    default=CopyOptions().fencing_renew_s,
+    show_default=True,
+    metavar="SECONDS",
+    help="Renew a partition owner's fencing identity (a new producer epoch) when it is older "
+    "than SECONDS; must be well below the local cluster's transactional.id.expiration.ms "
+    "(Kafka default 7 days), after which Kafka forgets the id and fencing stops working.",
+)
+@click.option(
     "--fencing/--no-fencing",
     default=True,
     show_default=True,
@@ -221,6 +231,7 @@ def sync(
     metrics_port: int | None,
     metrics_host: str,
     replication_wait: float,
+    fencing_renew: float,
     fencing: bool,
 ) -> None:
     """Copy what the local cluster lacks, at exactly the sources' offsets.
@@ -261,6 +272,7 @@ def sync(
         max_bytes_per_sec=max_bytes_per_sec,
         hw_wait_s=replication_wait,
         fencing=fencing,
+        fencing_renew_s=fencing_renew,
     )
     req = build_request(
         ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts
