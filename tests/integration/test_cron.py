@@ -1,4 +1,5 @@
-"""Cron-mode behaviour of one-shot sync: --deadline and --metrics-file, against real brokers."""
+"""Cron-mode behaviour of one-shot sync: --deadline and --metrics-file, against real brokers
+(partsync writes through the session's strict proxy)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _fill(bootstrap: str, topic: str, partitions: int, n: int) -> None:
 
 
 def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(
-    cli, source_a, local_broker, topic
+    cli, source_a, local_broker, local_proxy, topic
 ) -> None:
     # About 1 MB throttled to 100 kB/s needs ~10 s; the deadline stops it after 1.5 s, however
     # fast the machine is (the throttle wait is interrupted by the stop).
@@ -31,7 +32,7 @@ def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(
         "--sources",
         source_a.bootstrap,
         "--local",
-        local_broker.bootstrap,
+        local_proxy.bootstrap,
         "--create-missing",
         "--max-bytes-per-sec",
         "100000",
@@ -53,7 +54,7 @@ def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(
         "--sources",
         source_a.bootstrap,
         "--local",
-        local_broker.bootstrap,
+        local_proxy.bootstrap,
         "--json",
     )
     assert again.code == 0, again.stderr
@@ -61,7 +62,7 @@ def test_deadline_stops_cleanly_with_exit_4_and_a_rerun_finishes(
 
 
 def test_metrics_file_written_atomically_with_per_partition_series(
-    cli, source_a, local_broker, topic, tmp_path: Path
+    cli, source_a, local_broker, local_proxy, topic, tmp_path: Path
 ) -> None:
     _fill(source_a.bootstrap, topic, 2, 300)
     prom = tmp_path / "partsync.prom"
@@ -72,7 +73,7 @@ def test_metrics_file_written_atomically_with_per_partition_series(
         "--sources",
         source_a.bootstrap,
         "--local",
-        local_broker.bootstrap,
+        local_proxy.bootstrap,
         "--create-missing",
         "--json",
         "--metrics-file",
@@ -95,7 +96,9 @@ def test_metrics_file_written_atomically_with_per_partition_series(
     assert sorted(x.name for x in tmp_path.iterdir()) == ["partsync.prom"]
 
 
-def test_throttle_caps_the_rate_by_the_limiters_accounting(source_a, local_broker, topic) -> None:
+def test_throttle_caps_the_rate_by_the_limiters_accounting(
+    source_a, local_broker, local_proxy, topic
+) -> None:
     from partsync.config import Config
     from partsync.copy.options import CopyOptions
     from partsync.copy.throttle import limiter_for
@@ -110,7 +113,7 @@ def test_throttle_caps_the_rate_by_the_limiters_accounting(source_a, local_broke
     req = SyncRequest(
         (topic,),
         (cfg.resolve(source_a.bootstrap),),
-        cfg.resolve(local_broker.bootstrap),
+        cfg.resolve(local_proxy.bootstrap),
         create_missing=True,
         options=CopyOptions(max_bytes_per_sec=rate),
     )

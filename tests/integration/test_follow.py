@@ -39,6 +39,7 @@ from partsync.io.cluster import Cluster
 from partsync.plan.comparator import plan_partition
 from partsync.plan.results import Status
 from tests.conftest import CliResult, is_real_kafka, kind_of
+from tests.integration.kafka_proxy import StrictProxy
 from tests.integration.sync_support import _ref, by_partition, check_report, ends, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -54,9 +55,27 @@ def group_local(broker_mode: str, broker_factory: Callable[[str], Broker]) -> Br
     return broker_factory("extra")
 
 
+@pytest.fixture(scope="module")
+def group_proxy(group_local: Broker) -> Iterator[StrictProxy]:
+    """partsync reaches the group's local cluster through the strict proxy too."""
+    with StrictProxy(group_local.bootstrap) as proxy:
+        yield proxy
+
+
 @pytest.fixture
-def config(tmp_path: Path, source_a: Broker, group_local: Broker) -> Path:
-    return write_config(tmp_path / "partsync.toml", {"a": source_a, "local": group_local})
+def config(tmp_path: Path, source_a: Broker, group_local: Broker, group_proxy: StrictProxy) -> Path:
+    group_proxy.reset()
+    return write_config(tmp_path / "partsync.toml", {"a": source_a, "local": group_local},
+                        addresses={"local": group_proxy.bootstrap})  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _kafka_rules_hold_for_the_group(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No follower sends an append behind an unanswered one, or breaks another append rule,
+    even while it is killed, rebalanced or fenced."""
+    yield
+    if "config" in request.fixturenames:
+        request.getfixturevalue("group_proxy").assert_clean(require_produce=False)
 
 
 def _fill(broker: Broker, topic: str, n: int, seed: int) -> None:

@@ -200,6 +200,21 @@ def test_records_from_the_future_beyond_the_local_topics_after_max_ms(
     assert ends(clusters["local"], topic, 1) == {0: 0}
 
 
+def test_keyless_records_for_a_compacted_local_topic(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Kafka rejects a record without a key on a compacted topic (INVALID_RECORD): refused
+    before the batch is sent, naming the record's offset."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 1)
+    create_topic(local, topic, 1, {"cleanup.policy": "compact"})
+    _require_config(clusters, topic, "cleanup.policy", "compact")
+    produce(a, topic, records(40, seed=1, null_keys_every=0), partition=0, compression="zstd")
+    produce(a, topic, records(20, seed=2, null_keys_every=5), partition=0, compression="zstd")
+
+    _stop_then_refuse(clusters, psync, topic, "a", 40, "offset 44", "without a key")
+
+
 # --------------------------------------------------------------------------------------------
 # Where the local log stands
 # --------------------------------------------------------------------------------------------

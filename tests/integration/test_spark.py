@@ -17,6 +17,7 @@ from partsync.plan.comparator import PlanPolicy
 from partsync.plan.results import Status
 from partsync.run.planner import SyncRequest
 from partsync.run.sync import run_sync
+from tests.integration.kafka_proxy import StrictProxy
 from tests.support.faults import FaultInjection
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -36,7 +37,7 @@ def second_local(broker_factory) -> Broker:
     return broker_factory("extra")
 
 
-def ref(b: Broker) -> ClusterRef:
+def ref(b: Broker | StrictProxy) -> ClusterRef:
     return Config(clusters={}).resolve(b.bootstrap)
 
 
@@ -47,7 +48,7 @@ def _fill(bootstrap: str, topic: str, partitions: int, n: int, compression: str)
         data.produce(bootstrap, topic, recs, compression=compression)
 
 
-def _request(topics: tuple[str, ...], source: Broker, local: Broker) -> SyncRequest:
+def _request(topics: tuple[str, ...], source: Broker, local: Broker | StrictProxy) -> SyncRequest:
     return SyncRequest(
         topics,
         (ref(source),),
@@ -75,14 +76,14 @@ def _shape(report) -> list[tuple]:
 
 
 def test_spark_and_local_engines_give_identical_results(
-    spark_engine, source_a, local_broker, second_local, topic
+    spark_engine, source_a, local_broker, local_proxy, second_local, topic
 ) -> None:
     topics = (f"{topic}-x", f"{topic}-y")
     _fill(source_a.bootstrap, topics[0], 3, 1500, "lz4")
     _fill(source_a.bootstrap, topics[1], 2, 1200, "zstd")
 
     with ClusterPool() as pool:
-        spark_report = run_sync(_request(topics, source_a, local_broker), spark_engine, pool)
+        spark_report = run_sync(_request(topics, source_a, local_proxy), spark_engine, pool)
         local_report = run_sync(_request(topics, source_a, second_local), LocalEngine(), pool)
 
     assert spark_report.exit_status == 0, spark_report.to_dict()
@@ -98,12 +99,12 @@ def test_spark_and_local_engines_give_identical_results(
         data.assert_partitions_identical(source_a.bootstrap, second_local.bootstrap, t, parts)
 
     with ClusterPool() as pool:
-        again = run_sync(_request(topics, source_a, local_broker), spark_engine, pool)
+        again = run_sync(_request(topics, source_a, local_proxy), spark_engine, pool)
     assert {p.status for p in again.all_partitions()} == {Status.IN_SYNC}
 
 
 def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(
-    source_a, local_broker, topic
+    source_a, local_broker, local_proxy, topic
 ) -> None:
     _fill(source_a.bootstrap, topic, 2, 4000, "none")
     # The first attempt of partition 0's task kills its Python worker after 3 confirmed appends;
@@ -112,7 +113,7 @@ def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(
     req = SyncRequest(
         (topic,),
         (ref(source_a),),
-        ref(local_broker),
+        ref(local_proxy),
         create_missing=True,
         policy=PlanPolicy(chunk_offsets=500),
     )
@@ -129,7 +130,7 @@ def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(
 
 
 def test_task_that_keeps_failing_comes_back_as_partition_errors(
-    source_a, local_broker, topic
+    source_a, local_broker, local_proxy, topic
 ) -> None:
     # Enough batches (~60) that four killed attempts cannot finish the partition between them.
     _fill(source_a.bootstrap, topic, 1, 40000, "none")
@@ -139,7 +140,7 @@ def test_task_that_keeps_failing_comes_back_as_partition_errors(
     req = SyncRequest(
         (topic,),
         (ref(source_a),),
-        ref(local_broker),
+        ref(local_proxy),
         create_missing=True,
         policy=PlanPolicy(chunk_offsets=500),
     )
@@ -158,7 +159,7 @@ def test_task_that_keeps_failing_comes_back_as_partition_errors(
     data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 1)
 
 
-def test_cli_engine_spark(cli, source_a, local_broker, topic) -> None:
+def test_cli_engine_spark(cli, source_a, local_broker, local_proxy, topic) -> None:
     _fill(source_a.bootstrap, topic, 2, 300, "gzip")
     res = cli(
         "sync",
@@ -167,7 +168,7 @@ def test_cli_engine_spark(cli, source_a, local_broker, topic) -> None:
         "--sources",
         source_a.bootstrap,
         "--local",
-        local_broker.bootstrap,
+        local_proxy.bootstrap,
         "--create-missing",
         "--engine",
         "spark",
