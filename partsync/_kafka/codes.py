@@ -17,6 +17,7 @@ __all__ = [
     "FENCED_CODES",
     "LEADER_MOVED_CODES",
     "REFUSED_RECORD_CODES",
+    "UNKNOWN_OUTCOME_CODES",
     "ErrorCode",
     "broker_error",
     "error_name",
@@ -83,6 +84,12 @@ LEADER_MOVED_CODES = frozenset(
 # topic's configs): sending it again cannot help, a person must change a config.
 REFUSED_RECORD_CODES = frozenset(
     {ErrorCode.INVALID_TIMESTAMP, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE}
+)
+
+# An append answered with these may still be in the leader's log (it timed out waiting for
+# replicas, or was appended but not replicated in time): never resend it blind.
+UNKNOWN_OUTCOME_CODES = frozenset(
+    {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 )
 
 

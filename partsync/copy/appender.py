@@ -24,7 +24,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import FENCED_CODES, REFUSED_RECORD_CODES, broker_error, error_name
+from partsync._kafka import (
+    FENCED_CODES,
+    REFUSED_RECORD_CODES,
+    UNKNOWN_OUTCOME_CODES,
+    broker_error,
+    error_name,
+)
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.fetcher import END, ChunkStream
 from partsync.copy.producer import ProducerSession
@@ -176,6 +182,7 @@ def _verify(
             except PartsyncError as e:
                 if e.topic is None:
                     e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
+                ctx.unconfirmed_end = nxt  # sent; the broker may have appended it
                 raise
             if res is None:
                 raise ClusterError("Produce response lacks the partition", offset=base, **where)
@@ -195,6 +202,8 @@ def _verify(
                     "(message.timestamp.*, cleanup.policy, max.message.bytes)",
                     offset=base, **where,
                 )  # fmt: skip
+            if res.error_code in UNKNOWN_OUTCOME_CODES:
+                ctx.unconfirmed_end = nxt
             if res.error_code:
                 raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
                                    offset=base, **where)  # fmt: skip

@@ -80,6 +80,9 @@ class CopyContext:
         self.confirmed_end = plan.local.end
         # What the result should tell beyond its status (e.g. a check that could not be made).
         self.notes: list[str] = []
+        # The end of an append whose answer was lost (a cut connection, a timeout): it may be
+        # in the log, and if the next round finds the log ending exactly there, it was ours.
+        self.unconfirmed_end: int | None = None
         self._conns: list[Connection] = []
         self._conns_lock = threading.Lock()
 

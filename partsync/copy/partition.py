@@ -98,6 +98,7 @@ def copy_partition(
         seconds=time.monotonic() - started,
         peak_buffered_bytes=ctx.budget.peak,
         notes=tuple(ctx.notes),
+        unconfirmed_end=ctx.unconfirmed_end if ctx.error is not None else None,
     )
     if ctx.error is not None:
         status = (Status.UNSAFE if isinstance(ctx.error, UnsafeError)

@@ -48,6 +48,10 @@ class ProduceFuture:
         return self._value
 
 
+def _as_error(e: BaseException, cluster: str | None, what: str = "Produce failed") -> PartsyncError:
+    return e if isinstance(e, PartsyncError) else ClusterError(f"{what}: {e!r}", cluster=cluster)
+
+
 @dataclass
 class _Submission:
     topic: str
@@ -150,21 +154,23 @@ class SharedWriter:
                 try:
                     self._conn.send_produce_many(by_topic, acks=-1, timeout_ms=self._timeout_ms)
                 except BaseException as e:
-                    err = (
-                        e
-                        if isinstance(e, PartsyncError)
-                        else ClusterError(
-                            f"sending Produce failed: {e!r}", cluster=self._conn.cluster
-                        )
-                    )
+                    err = _as_error(e, self._conn.cluster, "sending Produce failed")
                     for s in batch:
                         s.future.set(error=err)
                     raise
                 # Handed to the receiver only once sent: the connection matches answers to
-                # requests in send order.
+                # requests in send order. If the connection broke meanwhile (the receiver saw
+                # it die and failed everything it knew of), these answers will never come:
+                # fail them now, not after a timeout.
                 with self._cv:
-                    self._sent.append(batch)
-                    self._cv.notify_all()
+                    broken = self._broken
+                    if broken is None:
+                        self._sent.append(batch)
+                        self._cv.notify_all()
+                if broken is not None:
+                    for s in batch:
+                        s.future.set(error=broken)
+                    return
                 self.requests += 1
                 self.batches += len(batch)
         except PartsyncError as e:
@@ -187,6 +193,13 @@ class SharedWriter:
                     return
                 try:
                     answers = self._conn.receive_produce_many()
+                except BaseException as e:
+                    # The request being answered is no longer in _sent: fail it here, or its
+                    # partitions would wait for an answer that never comes.
+                    err = _as_error(e, self._conn.cluster)
+                    for s in batch:
+                        s.future.set(error=err)
+                    raise
                 finally:
                     self._slots.release()
                 for s in batch:

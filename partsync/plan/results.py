@@ -46,6 +46,8 @@ class PartitionResult:
     peak_buffered_bytes: int = 0
     # Facts worth knowing about a successful copy, e.g. a check that could not be made.
     notes: tuple[str, ...] = ()
+    # Where the log would end if this round's last, unanswered append landed (not in JSON).
+    unconfirmed_end: int | None = None
 
     def with_status(
         self, status: Status, reason: str | None, error: PartsyncError | None = None

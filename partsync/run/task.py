@@ -53,8 +53,9 @@ class PartitionTask:
     options: CopyOptions
     rules: LocalTopicRules
     policy: PlanPolicy = PlanPolicy()
-    # Rounds after the first that a retriable failure may use (one-shot runs; follow mode
-    # retries retriable failures for as long as it runs).
+    # Retriable failures in a row, without progress in between, that a one-shot run retries
+    # (a round that appended something starts the count again, so a flaky link that keeps
+    # making progress converges in one run; follow mode retries for as long as it runs).
     retries: int = 2
 
     @property
@@ -143,7 +144,10 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
     If the end moved after this process's last round (another writer of the job, e.g. the
     member that owned it during a rebalance, brought it further), the result is
     ``handed-over`` and keeps where this process left it, so the offsets a run reports as its
-    own are the ones it wrote."""
+    own are the ones it wrote. A move to exactly where this process's own unanswered append
+    would have ended the log (its answer was lost with a connection) is this process's."""
+    if first.unconfirmed_end is not None and retry.local_end_before == first.unconfirmed_end:
+        first = first.with_copy(local_end_after=first.unconfirmed_end)
     by_source = dict(first.bytes_by_source)
     for s, n in retry.bytes_by_source.items():
         by_source[s] = by_source.get(s, 0) + n
@@ -225,6 +229,9 @@ def run_partition(
         if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():
             return merged  # it needs a person, someone else writes it now, or we were stopped
         if result.status is Status.ERROR:
+            if result.batches:  # progress before the failure: a new run of bad luck
+                failures = 0
+                backoff.reset()
             failures += 1
             if not result.retriable or (not follow and failures > task.retries):
                 return merged

@@ -482,6 +482,9 @@ class _Link:
                         self.deliver_later(cid, step.answer(None), step.hold_s)
                 if step.forward is not None:
                     self.upstream.sendall(struct.pack(">i", len(step.forward)) + step.forward)
+                    if step.cut_after:
+                        self.shutdown()  # the append's fate is unknown to the client
+                        return
         except OSError:  # ConnectionError included
             pass  # a side closed: the normal end of a connection
         except Exception as e:  # noqa: BLE001 - a proxy bug must fail the test, not hang it
@@ -579,6 +582,7 @@ class _Step:
     context: Any = None
     hold_s: float = 0.0
     answer: Callable[[bytes | None], bytes] = lambda upstream: upstream or b""
+    cut_after: bool = False
 
 
 class StrictProxy:
@@ -671,7 +675,7 @@ class StrictProxy:
             verdict = self.kafka.on_produce(frame, header, check.batches)
             answered = check.acks != 0
             if not verdict.rejected:
-                return _Step(header, frame, answered)
+                return _Step(header, frame, answered, cut_after=self.kafka.cut_now())
             version, cid, rejected = header.api_version, header.correlation_id, verdict.rejected
             return _Step(header, verdict.frame, answered, verdict, verdict.hold_s,
                          lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip

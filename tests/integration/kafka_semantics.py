@@ -21,12 +21,16 @@ for every request and response (``proxy.kafka``):
   NOT_LEADER_OR_FOLLOWER.
 * **Compaction.** ``hide_offsets`` drops whole batches inside a range from Fetch answers, as the
   log cleaner removes batches whose records were all superseded.
+* **Cut connections** (a fault, not a semantics): ``cut_after_produce`` closes the client's
+  connection and the broker's right after a Produce was forwarded, so the append may or may
+  not be in the log and its answer never comes. Seeded, so a failing run can be repeated.
 
 Every injection is counted in ``injected`` (by kind), so a test can tell that it happened.
 """
 
 from __future__ import annotations
 
+import random
 import struct
 import threading
 import time
@@ -98,6 +102,9 @@ class KafkaSemantics:
         self._throttles = 0
         self._throttle_ms = 0
         self._limits: dict[str, tuple[int | None, int | None]] = {}
+        self._cut_probability = 0.0
+        self._cut_rng = random.Random(0)
+        self._cuts_left = 0
         self.injected: Counter[str] = Counter()
 
     # -- switches -----------------------------------------------------------------------------
@@ -154,8 +161,28 @@ class KafkaSemantics:
         with self._lock:
             self._limits[topic] = (before_max_ms, after_max_ms)
 
+    def cut_after_produce(self, probability: float, *, seed: int, limit: int = 1 << 30) -> None:
+        """After forwarding a Produce, cut both connections with ``probability`` (at most
+        ``limit`` times)."""
+        with self._lock:
+            self._cut_probability = probability
+            self._cut_rng = random.Random(seed)
+            self._cuts_left = limit
+
+    def cut_now(self) -> bool:
+        """Whether to cut the connection of the Produce just forwarded."""
+        with self._lock:
+            if self._cuts_left <= 0 or not self._cut_probability:
+                return False
+            if self._cut_rng.random() >= self._cut_probability:
+                return False
+            self._cuts_left -= 1
+            self.injected["cut-after-produce"] += 1
+            return True
+
     def clear(self) -> None:
         with self._lock:
+            self._cut_probability = 0.0
             self._rejects.clear()
             self._lags.clear()
             self._hidden.clear()

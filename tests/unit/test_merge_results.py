@@ -59,3 +59,16 @@ def test_nothing_moved_stays_in_sync_and_errors_stay_errors() -> None:
     m = merge_results(_round(Status.SYNCED, 0, 10, 1),
                       _round(Status.ERROR, 10, 12, 1, reason="stopped", error=stop))  # fmt: skip
     assert m.status is Status.ERROR and m.error is stop and m.batches == 2
+
+
+def test_an_unanswered_append_that_landed_is_this_processs_own() -> None:
+    """A connection was cut with the append of 1400..1500 unanswered; it had landed, so the
+    next round found the partition in sync at 1500: synced, not handed over."""
+    cut = _round(Status.ERROR, 0, 1400, 14, reason="lost", error=ClusterError("lost"),
+                 unconfirmed_end=1500)  # fmt: skip
+    m = merge_results(cut, _round(Status.IN_SYNC, 1500, 1500))
+    assert (m.status, m.reason) == (Status.SYNCED, None)
+    assert (m.local_end_before, m.local_end_after) == (0, 1500)
+    # The log moved further than that append would have: another writer, as before.
+    other = merge_results(cut, _round(Status.IN_SYNC, 1600, 1600))
+    assert other.status is Status.HANDED_OVER and other.local_end_after == 1400

@@ -18,7 +18,12 @@ from partsync.io.writer import Cancelled, SharedWriter
 
 
 class ScriptedBroker:
-    def __init__(self, hold: threading.Event | None = None, fail_after: int | None = None) -> None:
+    def __init__(
+        self,
+        hold: threading.Event | None = None,
+        fail_after: int | None = None,
+        cut_at: int | None = None,
+    ) -> None:
         self.cluster = "test"
         self.requests: list[dict[str, dict[int, bytes]]] = []
         self._answers: list[dict[tuple[str, int], ProducedPartition]] = []
@@ -26,6 +31,8 @@ class ScriptedBroker:
         self._cv = threading.Condition()
         self._hold = hold
         self._fail_after = fail_after
+        self._cut_at = cut_at  # the answer to this request (0-based) never comes: cut
+        self._received = 0
         self.closed = False
 
     def send_produce_many(self, batches, *, acks: int, timeout_ms: int) -> None:
@@ -47,6 +54,10 @@ class ScriptedBroker:
 
     def receive_produce_many(self):
         with self._cv:
+            if self._cut_at is not None and self._received == self._cut_at:
+                self.closed = True
+                raise ClusterError("connection closed by broker", cluster=self.cluster)
+            self._received += 1
             while not self._answers:
                 if self.closed:
                     raise ClusterError("closed", cluster=self.cluster)
@@ -116,6 +127,24 @@ def test_a_broken_connection_fails_every_unanswered_batch_and_the_writer() -> No
     with pytest.raises(ClusterError):
         w.submit("t", 9, b"z", never).result(1)
     w.close()
+
+
+def test_a_cut_connection_fails_the_appends_it_carried_at_once() -> None:
+    """The connection dies while an answer is awaited (the request was sent, its fate unknown):
+    that request's partitions, those sent behind it and those still waiting all fail at once,
+    not after a Produce timeout, whichever writer thread notices first."""
+    for in_flight in (1, 3):
+        broker = ScriptedBroker(cut_at=1)
+        w = SharedWriter(broker, max_in_flight=in_flight, timeout_ms=60_000)  # type: ignore[arg-type]
+        assert w.submit("t", 0, b"x", never).result(5).base_offset == 0
+        futs = [w.submit("t", p, b"y", never) for p in range(4) for _ in range(3)]
+        started = time.monotonic()
+        for f in futs:
+            with pytest.raises(ClusterError):
+                f.result(8)  # the writer's own answer timeout would be 60 s
+        assert time.monotonic() - started < 5, "pending appends waited for a timeout"
+        assert w.broken
+        w.close()
 
 
 def test_request_size_cap_splits_requests() -> None:
