@@ -23,6 +23,7 @@ __all__ = [
     "ClusterRef",
     "Config",
     "Security",
+    "check_files",
     "find_config_path",
     "load_config",
 ]
@@ -184,6 +185,7 @@ def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
     for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username"):
         if key in table and not isinstance(table[key], str):
             raise ConfigError(f"[clusters.{name}]: {key} must be a string")
+
     ssl_password = None
     if "ssl_password_env" in table:
         ssl_password = _env_secret(name, table["ssl_password_env"], env)
@@ -258,3 +260,13 @@ def load_config(
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
     return parse_config(data, path=path, env=env)
+
+
+def check_files(ref: ClusterRef) -> None:
+    """The TLS files a cluster names exist: a missing one is a config error (exit 2) found
+    before any work, not an unreachable cluster (exit 1) found while connecting."""
+    sec = ref.security
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        value = getattr(sec, key)
+        if value and not os.path.isfile(os.path.expanduser(value)):
+            raise ConfigError(f"[clusters.{ref.name}]: {key} {value!r}: no such file")

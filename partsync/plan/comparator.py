@@ -10,9 +10,10 @@ contiguously, so a plan is always one run of chunks ``[local_end, target_end)``.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "PartitionPlan",
     "PlanPolicy",
     "plan_partition",
+    "unknown_without",
 ]
 
 
@@ -65,6 +67,9 @@ class Condition(str, enum.Enum):
     IN_SYNC = "in-sync"
     BEHIND = "behind"
     UNSAFE = "unsafe"
+    # A refusal that a source which did not answer could overturn (it may hold what is
+    # missing): not proven, so not unsafe; retried until that source answers.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,4 +202,20 @@ def plan_partition(
         tuple(chunks),
         None,
         tuple(serving),
+    )
+
+
+def unknown_without(plan: PartitionPlan, unreachable: Sequence[str]) -> PartitionPlan:
+    """``plan`` as far as the sources that answered go. A refusal is only proven if every
+    source answered: with ``unreachable`` sources it becomes ``UNKNOWN`` (they may be ahead, or
+    hold the missing offsets). An in-sync or behind plan stands (copying what the answering
+    sources hold is safe either way)."""
+    if plan.condition is not Condition.UNSAFE or not unreachable:
+        return plan
+    names = ", ".join(unreachable)
+    return dataclasses.replace(
+        plan,
+        condition=Condition.UNKNOWN,
+        reason=f"{plan.reason}; but source {names} did not answer and may hold what is "
+        "missing: unknown until it answers",
     )

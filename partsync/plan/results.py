@@ -24,6 +24,9 @@ class Status(str, enum.Enum):
     # Another partsync writer took the partition over (a newer producer epoch fenced this one,
     # or a group rebalance moved it): this process stopped writing it. Not a failure.
     HANDED_OVER = "handed-over"
+    # The run was stopped (--deadline, a signal) before the partition caught up; what was
+    # appended is verified and the next run resumes from the local log end.
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,15 @@ class TopicResult:
     topic: str
     partitions: tuple[PartitionResult, ...]
     warnings: tuple[str, ...] = ()
+    # Sources that did not answer the plan: whether they are ahead is unknown.
+    unreachable: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
             "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda r: r.partition)],
             "warnings": list(self.warnings),
+            "unreachable": list(self.unreachable),
         }
 
 
@@ -105,14 +111,18 @@ class SyncReport:
     @property
     def exit_status(self) -> ExitStatus:
         """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins);
-        4 the deadline stopped the run before it caught up; 1 any other failure (rerun)."""
+        1 a failure (rerun), a source that did not answer, or a signal stopped the run before
+        it caught up; 4 the deadline
+        stopped it before it caught up. For a one-shot run; follow mode ends by being stopped
+        (``run.sync``)."""
         statuses = {p.status for p in self.all_partitions()}
         if Status.UNSAFE in statuses:
             return ExitStatus.UNSAFE
-        if self.stopped == "deadline" and Status.ERROR in statuses:
-            return ExitStatus.DEADLINE
-        if Status.ERROR in statuses:
+        if Status.ERROR in statuses or any(t.unreachable for t in self.topics):
+            # A source that did not answer may be ahead: "in sync" is not proven.
             return ExitStatus.FAILURE
+        if Status.STOPPED in statuses:
+            return ExitStatus.DEADLINE if self.stopped == "deadline" else ExitStatus.FAILURE
         return ExitStatus.OK
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from partsync.errors import ClusterError, TopicError
 from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
-from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.plan.comparator import (
+    Bounds,
+    Condition,
+    PartitionPlan,
+    PlanPolicy,
+    plan_partition,
+    unknown_without,
+)
 from partsync.plan.results import PartitionResult, Status, TopicResult
 from partsync.plan.selection import select
 from partsync.plan.topic_rules import LocalTopicRules, create_configs, rules_from
@@ -63,6 +70,8 @@ class TopicPlan:
     refused: str | None = None  # whole-topic refusal (unsafe)
     error: str | None = None  # whole-topic failure (e.g. topic missing everywhere)
     create: TopicCreation | None = None
+    # Sources that did not answer: the run cannot tell whether they are ahead.
+    unreachable: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -70,6 +79,7 @@ class TopicPlan:
             "refused": self.refused,
             "error": self.error,
             "warnings": list(self.warnings),
+            "unreachable": list(self.unreachable),
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -77,6 +87,7 @@ class TopicPlan:
 def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     local = pool.get(req.local)
     warnings: list[str] = []
+    unreachable: list[str] = []
     counts: dict[str, int] = {}
     src_clusters: dict[str, Cluster] = {}
     for ref in req.sources:
@@ -85,6 +96,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             info = c.topic(topic)
         except ClusterError as e:
             warnings.append(f"source {ref.name} unreachable, planning without it: {e.reason}")
+            unreachable.append(ref.name)
             continue
         if info is None:
             warnings.append(f"topic {topic} does not exist on source {ref.name}")
@@ -93,7 +105,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         src_clusters[ref.name] = c
     if not counts:
         names = ", ".join(r.name for r in req.sources)
-        return TopicPlan(topic, (), warnings=tuple(warnings),
+        return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
                          error=f"topic {topic} is not readable on any source ({names})")  # fmt: skip
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{n}: {k}" for n, k in counts.items())
@@ -132,8 +144,9 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             src_bounds[name] = c.bounds(topic, parts)
         except ClusterError as e:
             warnings.append(f"source {name} unreachable, planning without it: {e.reason}")
+            unreachable.append(name)
     if not src_bounds:
-        return TopicPlan(topic, (), warnings=tuple(warnings),
+        return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
                          error=f"no source of topic {topic} answered")  # fmt: skip
 
     plans = []
@@ -143,10 +156,13 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         if refusal is not None and plan.condition is Condition.BEHIND:
             plan = dataclasses.replace(plan, condition=Condition.UNSAFE, chunks=(), reason=refusal,
                                        serving=())  # fmt: skip
-        if plan.condition is Condition.UNSAFE:
+        else:
+            plan = unknown_without(plan, unreachable)
+        if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = _located(plan, local.name)
         plans.append(plan)
-    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create)
+    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create,
+                     unreachable=tuple(unreachable))  # fmt: skip
 
 
 def _local_bounds(
@@ -223,12 +239,19 @@ def whole_topic_results(tp: TopicPlan) -> TopicResult:
              for plan in tp.partitions]  # fmt: skip
     if not parts:
         parts.append(PartitionResult(tp.topic, -1, status, 0, 0, 0, reason=reason))
-    return TopicResult(tp.topic, tuple(parts), tp.warnings)
+    return TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable)
 
 
 def uncopied_result(plan: PartitionPlan) -> PartitionResult:
-    """A partition nothing was copied for, at its planned bounds: in-sync, or unsafe with the
-    plan's reason. A behind partition gets its status from the caller (``with_status``)."""
-    status = Status.UNSAFE if plan.condition is Condition.UNSAFE else Status.IN_SYNC
-    return PartitionResult(plan.topic, plan.partition, status, plan.local.end, plan.local.end,
-                           plan.target_end, reason=plan.reason)  # fmt: skip
+    """A partition nothing was copied for, at its planned bounds: in-sync, unsafe with the
+    plan's reason, or a (retriable) error when a source that did not answer could overturn a
+    refusal. A behind partition gets its status from the caller (``with_status``)."""
+    r = PartitionResult(plan.topic, plan.partition, Status.IN_SYNC, plan.local.end,
+                        plan.local.end, plan.target_end, reason=plan.reason)  # fmt: skip
+    if plan.condition is Condition.UNSAFE:
+        return r.with_status(Status.UNSAFE, plan.reason)
+    if plan.condition is Condition.UNKNOWN:
+        err = ClusterError(plan.reason or "a source did not answer", topic=plan.topic,
+                           partition=plan.partition, offset=plan.local.end)  # fmt: skip
+        return r.with_status(Status.ERROR, plan.reason, err)
+    return r

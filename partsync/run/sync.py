@@ -68,10 +68,17 @@ def tasks_for(
         for plan in tp.partitions:
             if behind_only and plan.condition is not Condition.BEHIND:
                 continue
-            srcs = tuple(r for r in req.sources if r.name in plan.sources)
+            # The sources that answered the plan, and those that did not (a round asks them
+            # again: they may be back, and ahead).
+            srcs = tuple(r for r in req.sources
+                         if r.name in plan.sources or r.name in tp.unreachable)  # fmt: skip
             tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
                                        retries))  # fmt: skip
     return tasks
+
+
+# What stopped a run (SyncReport.stopped), as a partition's reason says it.
+_STOP_CAUSES = {"deadline": "the deadline stopped the run", "signal": "a signal stopped the run"}
 
 
 def _report(
@@ -100,10 +107,12 @@ def _report(
                         r = r.with_status(Status.HANDED_OVER,
                                           f"owned by another member of group {group!r}")  # fmt: skip
                     else:
-                        r = r.with_status(Status.ERROR, "not reached before the stop",
+                        r = r.with_status(Status.STOPPED, "not reached before the stop",
                                           StoppedError("not reached before the stop"))  # fmt: skip
+            if r.status is Status.STOPPED and why:
+                r = r.with_copy(reason=f"{_STOP_CAUSES.get(why, why)}: {r.reason}")
             parts.append(r)
-        topics.append(TopicResult(tp.topic, tuple(parts), tp.warnings))
+        topics.append(TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable))
     order = {t: i for i, t in enumerate(req.topics)}
     topics.sort(key=lambda t: order.get(t.topic, 0))
     return SyncReport(tuple(topics), seconds, why)
@@ -157,8 +166,7 @@ def _follow_exit_status(report: SyncReport) -> ExitStatus:
     """Follow mode ends by being stopped: rounds cut short by the stop are not failures."""
     code = report.exit_status
     if code is ExitStatus.FAILURE and all(
-        p.status is not Status.ERROR or isinstance(p.error, StoppedError)
-        for p in report.all_partitions()
+        p.status is not Status.ERROR for p in report.all_partitions()
     ):
         return ExitStatus.OK
     return code
@@ -222,12 +230,13 @@ def run_job(
 
 
 def plan_exit_status(plans: Sequence[TopicPlan]) -> ExitStatus:
-    """``partsync plan``: 3 if anything would be refused, 1 if a topic failed, else 0."""
+    """``partsync plan``: 3 if anything would be refused, 1 if a topic failed or a source did
+    not answer, else 0."""
     unsafe = any(tp.refused for tp in plans) or any(
         p.condition is Condition.UNSAFE for tp in plans for p in tp.partitions
     )
     if unsafe:
         return ExitStatus.UNSAFE
-    if any(tp.error for tp in plans):
+    if any(tp.error or tp.unreachable for tp in plans):
         return ExitStatus.FAILURE
     return ExitStatus.OK

@@ -12,6 +12,7 @@ refused, handed over or out of retries; in follow mode it waits for new data bet
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,13 +22,21 @@ from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
 from partsync.copy.producer import ProducerSession, open_producer, renew_producer
-from partsync.errors import FencedError, PartsyncError, StoppedError
+from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
-from partsync.plan.comparator import Bounds, Condition, PartitionPlan, PlanPolicy, plan_partition
+from partsync.plan.comparator import (
+    Bounds,
+    Condition,
+    PartitionPlan,
+    PlanPolicy,
+    plan_partition,
+    unknown_without,
+)
 from partsync.plan.results import PartitionResult, Status
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.retry import Backoff
+from partsync.run.planner import uncopied_result
 
 __all__ = [
     "PartitionTask",
@@ -38,6 +47,8 @@ __all__ = [
     "run_partition",
     "run_partition_task",
 ]
+
+log = logging.getLogger(__name__)
 
 # Retries wait 1 s, 2 s, 4 s ... up to this: appends still in flight on a dropped connection
 # settle before the local end is read again.
@@ -80,19 +91,26 @@ def refresh_plan(
     p = task.plan
     local_b = local.bounds_for_append(p.topic, p.partition, wait=task.options.hw_wait_s)
     src_b = source_bounds
+    unreachable: list[str] = []
     if src_b is None:
-        src_b = {name: c.bounds(p.topic, [p.partition])[p.partition] for name, c in sources.items()}
+        src_b = {}
+        for name, c in sources.items():
+            try:
+                src_b[name] = c.bounds(p.topic, [p.partition])[p.partition]
+            except ClusterError as e:
+                if len(unreachable) + 1 == len(sources):  # none answered: nothing to plan with
+                    raise
+                log.info("source %s did not answer (%s); planning without it", name, e.reason)
+                unreachable.append(name)
     fresh = plan_partition(p.topic, p.partition, local_b, src_b, task.policy)
+    fresh = unknown_without(fresh, unreachable)
     if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:
         return p
     return fresh
 
 
 def _unplanned(task: PartitionTask, plan: PartitionPlan | None = None) -> PartitionResult:
-    p = plan or task.plan
-    status = Status.UNSAFE if p.condition is Condition.UNSAFE else Status.IN_SYNC
-    return PartitionResult(p.topic, p.partition, status, p.local.end, p.local.end, p.target_end,
-                           reason=p.reason)  # fmt: skip
+    return uncopied_result(plan or task.plan)
 
 
 def copy_round(
@@ -107,7 +125,7 @@ def copy_round(
     """One round: re-plan, take the partition over if about to write, copy. Returns the result
     and the session to continue with (None after a failure: the broker's sequence is unknown)."""
     local = pool.get(task.local)
-    sources = {ref.name: pool.get(ref) for ref in task.sources if ref.name in task.plan.sources}
+    sources = {ref.name: pool.get(ref) for ref in task.sources}
     try:
         plan = refresh_plan(task, local, sources)
         if (
@@ -221,7 +239,7 @@ def run_partition(
         else:
             result, session = copy_round(task, pool, session, progress=progress, stop=stop,
                                          on_plan=hooks.on_plan)  # fmt: skip
-        if stop.is_set() and result.status is Status.ERROR:
+        if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
             result = _interrupted(result, hooks)
         if hooks.on_round is not None:
             hooks.on_round(result)
@@ -267,8 +285,8 @@ def _interrupted(result: PartitionResult, hooks: RoundHooks) -> PartitionResult:
     if hooks.handed_over is not None and hooks.handed_over():
         return result.with_status(Status.HANDED_OVER,
                                   f"ownership moved to another group member at offset {at}")  # fmt: skip
-    return result.with_status(Status.ERROR, f"stopped on request at offset {at}",
-                              StoppedError("stopped on request", offset=at))  # fmt: skip
+    return result.with_status(Status.STOPPED, f"stopped at offset {at} before catching up",
+                              StoppedError("stopped before catching up", offset=at))  # fmt: skip
 
 
 def run_partition_task(

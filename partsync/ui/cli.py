@@ -12,9 +12,17 @@ import logging
 import sys
 
 import click
+from rich.markup import escape
 
 from partsync.errors import ExitStatus, PartsyncError
-from partsync.ui.cli_common import EXIT_CODES_HELP, Ctx, Exit, stderr
+from partsync.ui.cli_common import (
+    EXIT_CODES_HELP,
+    Ctx,
+    Exit,
+    emit_json_error,
+    reset_json_output,
+    stderr,
+)
 from partsync.ui.cli_diff import demo, diff
 from partsync.ui.cli_sync import plan, sync
 
@@ -64,21 +72,52 @@ def program(argv: list[str] | None) -> ExitStatus:
 
 
 def raw_main(argv: list[str] | None = None) -> ExitStatus:
-    """``program`` with every error mapped to an exit status and a message on stderr."""
+    """``program`` with every error mapped to an exit status and a message on stderr (and,
+    under ``--json``, a JSON document on stdout)."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    reset_json_output()
     try:
         return program(argv)
     except PartsyncError as e:
-        stderr.print(f"[bold red]partsync:[/] {e}", highlight=False)
+        # Escaped: messages name config tables ("[clusters.dc1]"), which are not markup.
+        stderr.print(f"[bold red]partsync:[/] {escape(str(e))}", highlight=False)
+        if as_json:
+            emit_json_error(_KINDS.get(type(e).__name__, type(e).__name__), str(e),
+                            e.exit_status, **e.to_dict())  # fmt: skip
         return e.exit_status
     except click.exceptions.Abort:
         stderr.print("aborted")
+        if as_json:
+            emit_json_error("aborted", "aborted", ExitStatus.FAILURE)
         return ExitStatus.FAILURE
     except click.ClickException as e:
         e.show()
+        if as_json:
+            emit_json_error("usage", e.format_message(), ExitStatus.USAGE)
         return ExitStatus.USAGE
     except KeyboardInterrupt:
         stderr.print("[bold red]partsync:[/] interrupted")
+        if as_json:
+            emit_json_error("interrupted", "interrupted", ExitStatus.FAILURE)
         return ExitStatus.FAILURE
+    except Exception as e:  # a bug: the traceback for the report, and still one JSON document
+        logging.getLogger("partsync").exception("internal error")
+        if as_json:
+            emit_json_error("internal", f"internal error: {e!r}", ExitStatus.FAILURE)
+        return ExitStatus.FAILURE
+
+
+# Error kinds in --json error documents, by exception class.
+_KINDS = {
+    "UsageError": "usage",
+    "ConfigError": "config",
+    "ClusterError": "cluster",
+    "BrokerError": "cluster",
+    "UnreplicatedError": "cluster",
+    "TopicError": "topic",
+    "GroupError": "group",
+}
 
 
 def main(argv: list[str] | None = None) -> None:

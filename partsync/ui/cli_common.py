@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from partsync.config import Config, load_config
+from partsync.config import Config, check_files, load_config
 from partsync.copy.options import CopyOptions
 from partsync.errors import ExitStatus, UsageError
 from partsync.plan.comparator import PlanPolicy
@@ -46,8 +46,37 @@ CLUSTER_HELP = (
 stderr = Console(stderr=True)
 
 
+# Set once a command printed its --json document: an error after that must not add a second.
+_json_emitted = False
+
+
 def emit_json(doc: dict[str, Any]) -> None:
+    global _json_emitted
+    _json_emitted = True
     click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def reset_json_output() -> None:
+    """A new command line: no document printed yet (``raw_main`` runs once per process, but
+    tests call it many times)."""
+    global _json_emitted
+    _json_emitted = False
+
+
+def emit_json_error(kind: str, message: str, status: ExitStatus, **fields: Any) -> None:
+    """``--json``'s document for a run that ended in an error before its report: one object
+    ``{"error": {...}}``, so a cron job appending ``--json`` output to a log never records
+    silence. Nothing if a document was printed already."""
+    if not _json_emitted:
+        emit_json({"error": error_doc(kind, message, status, **fields)})
+
+
+def error_doc(kind: str, message: str, status: ExitStatus, **fields: Any) -> dict[str, Any]:
+    """The ``error`` object of --json output: what failed, where (when known), the exit code."""
+    doc: dict[str, Any] = {"kind": kind, "message": message, "exit_code": int(status)}
+    for key in ("cluster", "topic", "partition", "offset", "retriable"):
+        doc[key] = fields.get(key)
+    return doc
 
 
 class Exit(Exception):
@@ -161,6 +190,8 @@ def build_request(
     loc = cfg.local_ref(local)
     if loc.name in {s.name for s in srcs} or loc.bootstrap in {s.bootstrap for s in srcs}:
         raise UsageError(f"cluster {loc.name} is both a source and the local cluster")
+    for ref in (*srcs, loc):
+        check_files(ref)
     for t in topics:
         if not t.strip():
             raise UsageError("empty topic name")

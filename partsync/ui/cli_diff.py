@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
+from partsync.config import check_files
 from partsync.errors import UsageError
 from partsync.plan.selection import parse_partitions
 from partsync.ui.cli_common import (
@@ -156,6 +157,8 @@ def diff(
         if not t.strip():
             raise UsageError("empty topic name")
     refs = ctx.config.resolve_list(clusters)
+    for ref in refs:
+        check_files(ref)
     if len(refs) < 2:
         raise UsageError("diff needs at least two clusters")
     req = DiffRequest(

@@ -20,6 +20,7 @@ from partsync.ui.cli_common import (
     build_request,
     config_option,
     emit_json,
+    error_doc,
     selection_options,
     stderr,
 )
@@ -266,6 +267,8 @@ def sync(
         raise UsageError("--metrics-port is for --follow; one-shot runs write --metrics-file")
     if group is not None and no_group:
         raise UsageError("--group and --no-group contradict each other")
+    if metrics_file:
+        _check_writable(metrics_file)
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
         connections_per_broker=connections_per_broker,
@@ -342,7 +345,10 @@ def sync(
                 progress.stop()
     report, code = outcome.report, outcome.exit_status
     if as_json:
-        emit_json(report.to_dict())
+        doc = report.to_dict()
+        if outcome.fatal is not None:
+            doc["error"] = error_doc("group", str(outcome.fatal), code, **outcome.fatal.to_dict())
+        emit_json(doc)
     else:
         Console().print(report_table(report))
         for note in report_notes(report):
@@ -365,6 +371,22 @@ def sync(
                 f"cannot write metrics file {metrics_file}: {e.strerror or e}"
             ) from None
     raise Exit(code)
+
+
+def _check_writable(path: str) -> None:
+    """A metrics file that cannot be written is a usage error before anything is copied, not
+    after."""
+    import os
+    from pathlib import Path
+
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"--metrics-file {path}: is a directory")
+    if not folder.is_dir():
+        raise UsageError(f"--metrics-file {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--metrics-file {path}: directory {folder} is not writable")
 
 
 def _deadline_timer(

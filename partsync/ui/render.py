@@ -28,8 +28,11 @@ _STATUS_STYLE = {
     "in-sync": "green",
     "synced": "bold green",
     "behind": "yellow",
+    "unknown": "yellow",
     "unsafe": "bold red",
     "error": "red",
+    "handed-over": "cyan",
+    "stopped": "yellow",
 }
 
 

@@ -220,13 +220,15 @@ def assert_same_below(x: str, y: str, topic: str, partition: int, end: int) -> N
 
 # "stopped" came with the cron mode (sync --deadline, 7e87296); docs/cli.md shows the other two.
 REPORT_KEYS = {"topics", "seconds", "stopped"}
-TOPIC_KEYS = {"topic", "partitions", "warnings"}
+# "unreachable" (sources that did not answer) came with issue 13.
+TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
     "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
 }  # fmt: skip
 # "handed-over" came with group ownership and fencing (issue 5).
-STATUSES = {"in-sync", "synced", "unsafe", "error", "handed-over"}
+# "stopped" replaced "error" for partitions a deadline or signal stopped (issue 13).
+STATUSES = {"in-sync", "synced", "unsafe", "error", "handed-over", "stopped"}
 
 
 def _is_int(x: object) -> bool:
@@ -295,7 +297,7 @@ def check_plan(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
     assert isinstance(doc, dict) and set(doc) == {"topics"}, doc
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for t in doc["topics"]:
-        assert set(t) == {"topic", "refused", "error", "warnings", "partitions"}, t
+        assert set(t) == {"topic", "refused", "error", "warnings", "unreachable", "partitions"}, t
         for p in t["partitions"]:
             assert set(p) == {
                 "topic", "partition", "condition", "local", "sources", "target_end",

@@ -332,7 +332,7 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str) -> None:
     assert doc["stopped"] is None
     assert [t["topic"] for t in doc["topics"]] == [topic, missing]
     for t in doc["topics"]:
-        assert set(t) == {"topic", "partitions", "warnings"}
+        assert set(t) == {"topic", "partitions", "warnings", "unreachable"}
         for p in t["partitions"]:
             assert set(p) == {
                 "partition", "status", "local_end_before", "local_end_after", "target_end",
@@ -419,11 +419,40 @@ def test_unreachable_clusters_exit_1(clusters: Clusters, psync: Run, topic: str)
     assert any(nobody in w and "unreachable" in w for w in r.json["topics"][0]["warnings"])
     assert ends(clusters["local"], topic, 1) == {0: 0}
 
-    # A reachable source is enough: the unreachable one is left out with a warning.
+    # What a reachable source holds is copied, but the run cannot tell whether the source that
+    # did not answer is ahead: exit 1 (run again), with that source named. (Before issue 13
+    # this exited 0.)
     r = _sync(psync, topic, f"{nobody},a")
-    assert r.code == 0, r.stderr
+    assert r.code == 1, r.stderr
+    assert r.json["topics"][0]["unreachable"] == [nobody]
+    assert by_partition(r.json, topic)[0]["status"] == "synced"
     assert any(nobody in w for w in r.json["topics"][0]["warnings"])
     assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, 1)
+
+
+def test_a_refusal_that_a_silent_source_could_overturn_is_not_unsafe(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """The local log is ahead of source a; the other source does not answer and may be ahead
+    too. Unsafe (exit 3, "needs a person") only once every source has answered."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 1)
+    create_topic(local, topic, 1)
+    produce(a, topic, records(40, seed=1), partition=0)
+    assert _sync(psync, topic, "a").code == 0
+    produce(local, topic, records(20, seed=2), partition=0)  # as if copied from the other
+    nobody = f"127.0.0.1:{free_port()}"
+
+    r = _sync(psync, topic, f"a,{nobody}")
+
+    assert r.code == 1, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "error" and e["local_end_after"] == 60, e
+    assert "beyond every source's end" in e["reason"] and nobody in e["reason"], e["reason"]
+    assert "did not answer" in e["reason"], e["reason"]
+    p = psync("plan", "--topic", topic, "--sources", f"a,{nobody}", "--json")
+    assert p.code == 1 and p.json["topics"][0]["partitions"][0]["condition"] == "unknown"
+    assert _sync(psync, topic, "a").code == 3  # every source answered: proven
 
 
 # --------------------------------------------------------------------------------------------
