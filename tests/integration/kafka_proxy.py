@@ -599,6 +599,7 @@ class StrictProxy:
         self.produced: list[ProducedBatch] = []
         self.requests: Counter[str] = Counter()  # api name -> requests seen
         self.metadata_rewritten = 0
+        self.refused_connections = 0  # clients turned away while the broker was down
         # Kafka's behaviours on demand (tests/integration/kafka_semantics.py).
         self.kafka = KafkaSemantics()
         # Unanswered Produce requests: partition -> (link, correlation id) of the request.
@@ -768,11 +769,12 @@ class StrictProxy:
             client.settimeout(None)
             try:
                 upstream = socket.create_connection(self.upstream, timeout=10)
-            except OSError as e:
+            except OSError:
+                # The broker is down (a fault test killed it): the client sees a refused
+                # connection, as it would without the proxy.
                 client.close()
-                self._error(
-                    f"cannot reach the broker at {self.upstream[0]}:{self.upstream[1]}: {e!r}"
-                )
+                with self._lock:
+                    self.refused_connections += 1
                 continue
             upstream.settimeout(None)
             for s in (client, upstream):
