@@ -48,6 +48,7 @@ from partsync.plan.diff_model import (
     lags,
 )
 from partsync.plan.selection import select
+from partsync.retry import Backoff
 from partsync.wire.batch import Batch
 from partsync.wire.digest import (
     ChunkDigest,
@@ -276,6 +277,11 @@ def _narrow(
 # -- one partition ---------------------------------------------------------------------------
 
 
+# Attempts per partition when a cluster's connection fails (a diff only reads: retrying is
+# always safe), waiting 0.5 s, then 1 s.
+DIFF_ATTEMPTS = 3
+
+
 def diff_partition(
     clusters: Sequence[ClusterRef],
     topic: str,
@@ -288,8 +294,30 @@ def diff_partition(
     """Compare one partition across ``clusters`` (the first is the reference for ties).
 
     ``bounds`` (per cluster name) skips reading them when the caller already has them. Never
-    raises for Kafka or data problems: they come back as status ``error`` with the reason.
+    raises for Kafka or data problems: they come back as status ``error`` with the reason. A
+    lost connection is retried (bounds read again) before it is reported.
     """
+    backoff = Backoff(0.5, 4.0)
+    for attempt in range(1, DIFF_ATTEMPTS + 1):
+        result = _diff_once(clusters, topic, partition, options, bounds=bounds, pool=pool)
+        if result.status is not DiffStatus.ERROR or not result.unreachable:
+            break
+        if attempt < DIFF_ATTEMPTS:
+            log.info("diff of %s[%d]: %s; reading again", topic, partition, result.reason)
+            backoff.wait()
+            bounds = None
+    return result
+
+
+def _diff_once(
+    clusters: Sequence[ClusterRef],
+    topic: str,
+    partition: int,
+    options: DiffOptions,
+    *,
+    bounds: Mapping[str, Bounds] | None,
+    pool: ClusterPool | None,
+) -> PartitionDiff:
     started = time.monotonic()
     own = pool is None
     pool = pool or ClusterPool()

@@ -680,6 +680,8 @@ class StrictProxy:
             version, cid, rejected = header.api_version, header.correlation_id, verdict.rejected
             return _Step(header, verdict.frame, answered, verdict, verdict.hold_s,
                          lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip
+        if header.api_key == FETCH:
+            return _Step(header, frame, cut_after=self.kafka.cut_now("fetch"))
         if header.api_key == LIST_OFFSETS:
             asked = self.kafka.list_offsets_context(frame, header.api_version)
             return _Step(header, frame, context=asked)

@@ -23,7 +23,8 @@ for every request and response (``proxy.kafka``):
   log cleaner removes batches whose records were all superseded.
 * **Cut connections** (a fault, not a semantics): ``cut_after_produce`` closes the client's
   connection and the broker's right after a Produce was forwarded, so the append may or may
-  not be in the log and its answer never comes. Seeded, so a failing run can be repeated.
+  not be in the log and its answer never comes; ``cut_after_fetch`` does the same to Fetch
+  requests (a reader's connection dies mid-read). Seeded, so a failing run can be repeated.
 
 Every injection is counted in ``injected`` (by kind), so a test can tell that it happened.
 """
@@ -103,6 +104,7 @@ class KafkaSemantics:
         self._throttle_ms = 0
         self._limits: dict[str, tuple[int | None, int | None]] = {}
         self._cut_probability = 0.0
+        self._cut_api = "produce"
         self._cut_rng = random.Random(0)
         self._cuts_left = 0
         self.injected: Counter[str] = Counter()
@@ -164,20 +166,27 @@ class KafkaSemantics:
     def cut_after_produce(self, probability: float, *, seed: int, limit: int = 1 << 30) -> None:
         """After forwarding a Produce, cut both connections with ``probability`` (at most
         ``limit`` times)."""
+        self._cut_after("produce", probability, seed, limit)
+
+    def cut_after_fetch(self, probability: float, *, seed: int, limit: int = 1 << 30) -> None:
+        self._cut_after("fetch", probability, seed, limit)
+
+    def _cut_after(self, api: str, probability: float, seed: int, limit: int) -> None:
         with self._lock:
+            self._cut_api = api
             self._cut_probability = probability
             self._cut_rng = random.Random(seed)
             self._cuts_left = limit
 
-    def cut_now(self) -> bool:
-        """Whether to cut the connection of the Produce just forwarded."""
+    def cut_now(self, api: str = "produce") -> bool:
+        """Whether to cut the connection of the ``api`` request just forwarded."""
         with self._lock:
-            if self._cuts_left <= 0 or not self._cut_probability:
+            if self._cuts_left <= 0 or not self._cut_probability or api != self._cut_api:
                 return False
             if self._cut_rng.random() >= self._cut_probability:
                 return False
             self._cuts_left -= 1
-            self.injected["cut-after-produce"] += 1
+            self.injected[f"cut-after-{api}"] += 1
             return True
 
     def clear(self) -> None:

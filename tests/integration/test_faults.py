@@ -235,3 +235,25 @@ def test_a_follower_rides_out_local_and_source_broker_restarts(
         log.close()
     assert code == 0, (tmp_path / "follower.log").read_text()[-4000:]
     assert_partitions_identical(a.bootstrap, local.bootstrap, topic, 3)
+
+
+def test_a_diff_with_cut_connections_reads_again_and_ends_in_time(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """A reader's connection to the local cluster is cut after some Fetch requests: a diff only
+    reads, so it reads again, and ends in time with every partition compared."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 3)
+    create_topic(local, topic, 3)
+    _fill(a, topic, 3, 800)
+    assert psync("sync", "--topic", topic, "--sources", "a").code == 0
+    clusters.kafka.cut_after_fetch(0.15, seed=1308)
+
+    r = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", "batch", "--json",
+              timeout=STALL_BOUND_S)  # fmt: skip
+
+    assert clusters.kafka.injected["cut-after-fetch"] > 0
+    doc = json.loads(r.stdout)  # one document, whatever happened
+    statuses = {p["status"] for t in doc["topics"] for p in t["partitions"]}
+    assert statuses == {"identical"}, doc
+    assert r.code == 0, r.stderr
