@@ -122,48 +122,40 @@ def _killable(broker: Broker, role: str) -> None:
         pytest.skip(f"the {role} broker is Tansu, which keeps nothing across a restart")
 
 
+def _kill_and_restart_mid_sync(
+    clusters: Clusters, psync: Run, topic: str, victim: Broker, source: str
+) -> None:
+    """Sync from ``source``; once a fifth is copied, SIGKILL ``victim``, restart it on its data
+    a second later; the copy must converge (in that run, or a rerun) to an identical one."""
+    src = clusters[source]
+    create_topic(src.bootstrap, topic, 4)
+    create_topic(clusters.bootstrap("local"), topic, 4)
+    _fill(src.bootstrap, topic, 4, 2000)
+    total = sum(ends(src, topic, 4).values())
+    time.sleep(1.0)  # noida persists every 0.5 s: what the test made must survive the kill
+    proc = _sync_process(clusters, topic, source, "--no-group", "--max-bytes-per-sec", "400000")
+    _wait_for_progress(clusters, topic, 4, total // 5)
+    victim.kill()
+    time.sleep(1.0)
+    victim.restart()
+
+    _converge(psync, topic, source, _finish(proc))
+
+    assert_partitions_identical(src.bootstrap, clusters.bootstrap("local"), topic, 4)
+
+
 def test_local_broker_killed_mid_sync_and_restarted(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
-    local = clusters["local"]
-    _killable(local, "local")
-    a = clusters.bootstrap("a")
-    create_topic(a, topic, 4)
-    create_topic(local.bootstrap, topic, 4)
-    _fill(a, topic, 4, 2000)
-    total = sum(ends(clusters["a"], topic, 4).values())
-    time.sleep(1.0)  # noida persists every 0.5 s: the new topic must survive the kill
-    proc = _sync_process(clusters, topic, "a", "--no-group", "--max-bytes-per-sec", "400000")
-    _wait_for_progress(clusters, topic, 4, total // 5)
-    local.kill()
-    time.sleep(1.0)
-    local.restart()
-
-    _converge(psync, topic, "a", _finish(proc))
-
-    assert_partitions_identical(a, local.bootstrap, topic, 4)
+    _killable(clusters["local"], "local")
+    _kill_and_restart_mid_sync(clusters, psync, topic, clusters["local"], "a")
 
 
 def test_source_broker_killed_mid_sync_and_restarted(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
-    source = clusters["b"]
-    _killable(source, "source")
-    b, local = source.bootstrap, clusters.bootstrap("local")
-    create_topic(b, topic, 4)
-    create_topic(local, topic, 4)
-    _fill(b, topic, 4, 2000)
-    total = sum(ends(source, topic, 4).values())
-    time.sleep(1.0)  # persisted before the kill (noida writes its files every 0.5 s)
-    proc = _sync_process(clusters, topic, "b", "--no-group", "--max-bytes-per-sec", "400000")
-    _wait_for_progress(clusters, topic, 4, total // 5)
-    source.kill()
-    time.sleep(1.0)
-    source.restart()
-
-    _converge(psync, topic, "b", _finish(proc))
-
-    assert_partitions_identical(b, local, topic, 4)
+    _killable(clusters["b"], "source")
+    _kill_and_restart_mid_sync(clusters, psync, topic, clusters["b"], "b")
 
 
 def test_partsync_killed_at_random_points_again_and_again(

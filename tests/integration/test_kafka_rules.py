@@ -122,17 +122,23 @@ def test_a_batch_the_broker_refuses_stops_the_partition_before_it(
 # --------------------------------------------------------------------------------------------
 
 
+def _synced_then_behind(clusters: Clusters, psync: Run, topic: str, more: int) -> None:
+    """Local and source a hold the same 100 offsets; then a gets ``more``."""
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, 1)
+    create_topic(clusters.bootstrap("local"), topic, 1)
+    _many_batches(a, topic, 100, seed=3)
+    assert _sync(psync, topic).code == 0
+    _many_batches(a, topic, more, seed=4)
+
+
 def test_a_local_high_watermark_below_the_log_end_is_waited_for(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
     """While the last 30 local offsets are not replicated (HW = LEO - 30) the next append would
     land at the log end, not at the high watermark: partsync waits until HW reaches LEO."""
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
-    create_topic(a, topic, 1)
-    create_topic(local, topic, 1)
-    _many_batches(a, topic, 100, seed=3)
-    assert _sync(psync, topic).code == 0
-    _many_batches(a, topic, 200, seed=4)
+    _synced_then_behind(clusters, psync, topic, 200)
     clusters.kafka.lag_high_watermark(topic, 0, 30, seconds=2.0)
 
     r = _sync(psync, topic)
@@ -145,12 +151,7 @@ def test_a_local_high_watermark_below_the_log_end_is_waited_for(
 def test_a_local_high_watermark_that_stays_below_the_log_end_fails_retriably(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
-    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
-    create_topic(a, topic, 1)
-    create_topic(local, topic, 1)
-    _many_batches(a, topic, 100, seed=5)
-    assert _sync(psync, topic).code == 0
-    _many_batches(a, topic, 100, seed=6)
+    _synced_then_behind(clusters, psync, topic, 100)
     clusters.kafka.lag_high_watermark(topic, 0, 30)
 
     r = _sync(psync, topic, "--replication-wait", "1", "--retries", "0")
