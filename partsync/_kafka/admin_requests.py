@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest
-from kafka.protocol.admin.topics import CreateTopicsRequest
+from kafka.protocol.admin.topics import CreateTopicsRequest, DeleteRecordsRequest
 
 from partsync._kafka.codes import raise_for_code
 
@@ -53,6 +53,24 @@ class AdminRequests:
                     cluster=self.cluster,
                     topic=topic,
                 )
+
+    def delete_records(
+        self, topic: str, partition: int, before: int, timeout_ms: int = 30_000
+    ) -> tuple[int, int]:
+        """Move a partition's log start to ``before`` (DeleteRecords, to the leader): returns
+        (error code, the new low watermark)."""
+        T = DeleteRecordsRequest.DeleteRecordsTopic
+        req = DeleteRecordsRequest(
+            topics=[T(name=topic, partitions=[T.DeleteRecordsPartition(partition_index=partition,
+                                                                      offset=before)])],
+            timeout_ms=timeout_ms,
+        )  # fmt: skip
+        resp = self.call("DeleteRecords", req)
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return int(p.error_code), int(p.low_watermark)
+        return -1, -1
 
     def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
         R = DescribeConfigsRequest.DescribeConfigsResource

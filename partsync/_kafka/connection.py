@@ -17,7 +17,12 @@ from typing import Any, Self
 
 from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
-from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin.topics import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+)
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
@@ -80,6 +85,8 @@ _PREFERRED = {
     "InitProducerId": (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
+    # Moving the local log start when a mirror starts at its source's log start (Tansu has none).
+    "DeleteRecords": (DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
     # Group membership on the LOCAL cluster only (partsync never joins a source's groups).
     # JoinGroup >= 4 answers a new member MEMBER_ID_REQUIRED first; both paths are handled.
     "FindCoordinator": (FindCoordinatorRequest, FindCoordinatorResponse, 1, 6),
@@ -186,6 +193,10 @@ class BrokerConnection:
 
     def version(self, api: str) -> int:
         return self._versions[api]
+
+    def supports(self, api: str) -> bool:
+        """Whether the broker offers a version of ``api`` partsync speaks."""
+        return api in self._versions
 
     def send(self, api: str, request: Any) -> None:
         _req_cls, resp_cls, _lo, _hi = _PREFERRED.get(api, (None, None, 0, 0))

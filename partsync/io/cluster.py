@@ -26,7 +26,13 @@ from partsync._kafka import (
     error_name,
 )
 from partsync.config import ClusterRef
-from partsync.errors import ClusterError, FencedError, TopicError, UnreplicatedError
+from partsync.errors import (
+    ClusterError,
+    FencedError,
+    TopicError,
+    UnreplicatedError,
+    UnsafeError,
+)
 from partsync.io import topic_admin
 from partsync.io.bounds import read_bounds, read_log_ends
 from partsync.io.writer import SharedWriter
@@ -303,6 +309,24 @@ class Cluster:
                     cluster=self.name, topic=topic, partition=partition, offset=b.end,
                 )  # fmt: skip
             self.metadata(refresh=True)  # the leader may have moved meanwhile
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Move the partition's log start to ``before`` (DeleteRecords on its leader)."""
+        conn = self.broker_conn(self.leader(topic, partition))
+        if not conn.supports("DeleteRecords"):
+            raise UnsafeError(
+                f"the broker does not support DeleteRecords, which starting a mirror at offset "
+                f"{before} needs (moving the log start past the filler records)",
+                cluster=self.name, topic=topic, partition=partition, offset=before,
+            )  # fmt: skip
+        code, low = conn.delete_records(topic, partition, before)
+        if code:
+            raise broker_error(code, f"DeleteRecords before offset {before}", cluster=self.name,
+                               topic=topic, partition=partition, offset=before)  # fmt: skip
+        if low < before:
+            raise ClusterError(f"DeleteRecords left the log start at {low}, not {before}",
+                               cluster=self.name, topic=topic, partition=partition,
+                               offset=before)  # fmt: skip
 
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
         """The identity-relevant topic configs and warnings (``io.topic_admin``)."""

@@ -77,10 +77,13 @@ class PlanPolicy:
     """Knobs of the comparator.
 
     ``chunk_offsets``: offsets per chunk; chunks are the unit handed to different sources (and
-    connections) in parallel. ``prefer``: source order for ties; defaults to the order given.
+    connections) in parallel. ``bootstrap``: an empty local partition whose sources start above
+    its end is brought to the sources' log start with filler records (then deleted), instead of
+    being refused.
     """
 
     chunk_offsets: int = 50_000
+    bootstrap: bool = True
 
     def __post_init__(self) -> None:
         if self.chunk_offsets < 1:
@@ -99,6 +102,16 @@ class PartitionPlan:
     reason: str | None = None
     # Sources serving chunks, in first-use order (each must agree with the local boundary).
     serving: tuple[str, ...] = field(default=())
+    # The local partition is empty and the copy starts at the sources' log start, above the
+    # local end: the copier first appends fillers up to the first copied batch, then moves the
+    # local log start past them (``copy.bootstrap``).
+    bootstrap: bool = False
+
+    @property
+    def copy_start(self) -> int:
+        """The first offset the chunks cover (the local end, or the log start a bootstrap
+        copies from)."""
+        return self.chunks[0].start if self.chunks else self.local.end
 
     @property
     def missing(self) -> int:
@@ -118,6 +131,11 @@ class PartitionPlan:
             "missing": self.missing,
             "ranges": [{"start": c.start, "end": c.end, "source": c.source} for c in self.chunks],
             "reason": self.reason,
+            "bootstrap": (
+                {"fill_from": self.local.end, "log_start": self.copy_start}
+                if self.bootstrap
+                else None
+            ),
         }
 
 
@@ -162,6 +180,14 @@ def plan_partition(
     if start == target_end:
         return PartitionPlan(topic, partition, local, dict(sources), Condition.IN_SYNC, target_end)
 
+    # An empty local partition below every source's log start (a mirror of a topic whose head
+    # retention deleted): start at the earliest offset a source holds.
+    bootstrap = False
+    if policy.bootstrap and local.log_start == local.end:
+        held = [b.log_start for b in sources.values() if b.end > b.log_start]
+        if held and min(held) > start:
+            start, bootstrap = min(held), True
+
     # Cut points: chunk grid plus every place where the set of sources able to serve changes.
     cuts = set(range(start, target_end, policy.chunk_offsets))
     cuts.add(target_end)
@@ -202,6 +228,7 @@ def plan_partition(
         tuple(chunks),
         None,
         tuple(serving),
+        bootstrap,
     )
 
 

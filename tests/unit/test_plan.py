@@ -34,6 +34,7 @@ class Case:
     chunks: tuple[tuple[int, int, str], ...] = ()
     serving: tuple[str, ...] = ()
     reason_has: tuple[str, ...] = ()
+    bootstrap: bool = False
 
 
 CASES = [
@@ -171,6 +172,31 @@ CASES = [
         serving=("b", "a"),
     ),
     Case(
+        # An empty local partition below the source's log start (retention deleted the head):
+        # the copy starts at the log start, after fillers (issue 14).
+        "empty-local-below-source-log-start-bootstraps",
+        local=(0, 0),
+        sources={"a": (1000, 2000)},
+        chunk_offsets=600,
+        condition=Condition.BEHIND,
+        target_end=2000,
+        chunks=((1000, 1600, "a"), (1600, 2000, "a")),
+        serving=("a",),
+        bootstrap=True,
+    ),
+    Case(
+        # Empty at 300 (its own log start moved there): the same, from 300.
+        "empty-local-at-an-offset-bootstraps-from-the-earliest-source",
+        local=(300, 300),
+        sources={"a": (1000, 2000), "b": (700, 1500)},
+        chunk_offsets=1000,
+        condition=Condition.BEHIND,
+        target_end=2000,
+        chunks=((700, 1000, "b"), (1000, 1500, "b"), (1500, 1700, "a"), (1700, 2000, "a")),
+        serving=("b", "a"),
+        bootstrap=True,
+    ),
+    Case(
         # Log start exactly at the local end is fine: the source holds the next offset.
         "source-log-start-equal-to-local-end",
         local=(0, 80),
@@ -271,6 +297,7 @@ def test_plan_partition(case: Case) -> None:
     assert plan.target_end == case.target_end
     assert tuple((c.start, c.end, c.source) for c in plan.chunks) == case.chunks
     assert plan.serving == case.serving
+    assert plan.bootstrap is case.bootstrap
     if case.condition is Condition.UNSAFE:
         assert plan.reason is not None
         for text in case.reason_has:
@@ -288,7 +315,8 @@ def test_chunks_are_one_contiguous_run_from_the_local_end(case: Case) -> None:
     if plan.condition is not Condition.BEHIND:
         assert plan.chunks == ()
         return
-    assert plan.chunks[0].start == plan.local.end
+    # A bootstrap starts at the sources' log start instead (fillers cover the rest).
+    assert plan.chunks[0].start == (plan.copy_start if plan.bootstrap else plan.local.end)
     assert plan.chunks[-1].end == plan.target_end
     for a, b in zip(plan.chunks, plan.chunks[1:]):
         assert a.end == b.start
@@ -336,7 +364,18 @@ def test_missing_and_to_dict() -> None:
             {"start": 90, "end": 100, "source": "a"},
         ],
         "reason": None,
+        "bootstrap": None,
     }
+    boot = plan_partition(T, P, Bounds(0, 0), {"a": Bounds(1000, 2000)}).to_dict()
+    assert boot["bootstrap"] == {"fill_from": 0, "log_start": 1000}
+
+
+def test_bootstrap_can_be_switched_off() -> None:
+    plan = plan_partition(T, P, Bounds(0, 0), {"a": Bounds(1000, 2000)},
+                          PlanPolicy(bootstrap=False))  # fmt: skip
+    assert plan.condition is Condition.UNSAFE and "no source holds offsets 0..1000" in str(
+        plan.reason
+    )
 
 
 def test_unsafe_plan_to_dict_has_reason_and_no_ranges() -> None:
