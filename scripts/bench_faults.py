@@ -75,6 +75,10 @@ def main() -> int:
                 if done.returncode == 0:
                     break
             violations = [str(v) for v in proxy.violations]
+        if done.returncode != 0:
+            print(f"did not converge in {run} runs ({total:.1f} s); "
+                  f"{len(violations)} Produce rule violations")  # fmt: skip
+            return 1
         assert_partitions_identical(src.bootstrap, dst.bootstrap, TOPIC, args.partitions)
         print(f"converged in {run} run(s), {total:.1f} s in all; identical; "
               f"{len(violations)} Produce rule violations")  # fmt: skip

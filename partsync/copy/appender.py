@@ -45,6 +45,7 @@ from partsync.errors import (
 )
 from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, check_appendable, rewrite_for_append
+from partsync.wire.filler import filler_batch
 
 __all__ = ["append_in_order"]
 
@@ -58,6 +59,7 @@ class _Sent:
     size: int
     source: str
     future: ProduceFuture
+    filler: bool = False  # a filler batch of a bootstrap: not the source's data, not counted
 
 
 def append_in_order(
@@ -103,6 +105,11 @@ def append_in_order(
                 if first:
                     first = False
                     _check_agreement(stream, last, last_source)
+                if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
+                    # The mirror starts at the sources' log start: fill up to this batch, then
+                    # move the local log start past the fillers, before the first copied batch.
+                    expected, sequence = _fill(ctx, writer, inflight, slot, drop_unsent,
+                                               (pid, epoch), sequence, expected, b.base_offset)  # fmt: skip
                 if b.base_offset != expected:
                     raise UnsafeError(
                         f"offset gap: the next batch from {source} starts at {b.base_offset} "
@@ -142,6 +149,57 @@ def append_in_order(
         # Only a clean copy leaves the broker's sequence where we think it is.
         session.sequence = sequence
         session.usable = ctx.error is None and not verifier.is_alive()
+
+
+def _fill(
+    ctx: CopyContext,
+    writer: Any,
+    inflight: queue.Queue[_Sent | None],
+    slot: threading.Semaphore,
+    drop_unsent: Any,
+    producer: tuple[int, int],
+    sequence: int,
+    start: int,
+    to: int,
+) -> tuple[int, int]:
+    """Append filler batches over ``[start, to)`` (one in flight, each verified like a copied
+    batch), wait until the last is confirmed, then DeleteRecords up to ``to``. Returns the new
+    expected offset and sequence."""
+    if ctx.rules.compacted:
+        raise UnsafeError(
+            f"starting the mirror at offset {to} needs filler records up to it, which a "
+            "compacted local topic rejects (no key) and cannot delete (DeleteRecords needs "
+            "cleanup.policy=delete); create the local topic with cleanup.policy=delete for the "
+            "first run, or start from an empty local partition at that offset",
+            cluster=ctx.local.name, offset=start,
+        )  # fmt: skip
+    # Before writing anything: the fillers must be deletable.
+    ctx.local.check_delete_records(ctx.topic, ctx.partition, start, to)
+    expected = start
+    while expected < to:
+        n = min(ctx.opts.filler_records, to - expected)
+        batch = Batch.parse(memoryview(filler_batch(n, int(time.time() * 1000))))
+        data = rewrite_for_append(batch, producer[0], producer[1], sequence)
+        sequence = (sequence + n) & 0x7FFFFFFF
+        while not slot.acquire(timeout=0.5):
+            ctx.check_running()
+        ctx.check_running()
+        fut = writer.submit(ctx.topic, ctx.partition, data, drop_unsent)
+        inflight.put(_Sent(expected, expected + n, 0, ctx.local.name, fut, filler=True))
+        expected += n
+    while not slot.acquire(timeout=0.5):  # the last filler confirmed
+        ctx.check_running()
+    slot.release()
+    ctx.check_running()
+    # Also with nothing to fill: fillers of a run killed before this delete may lie below.
+    ctx.local.delete_records(ctx.topic, ctx.partition, to)
+    if to > start:
+        ctx.notes.append(f"started the mirror at the sources' log start: {to - start} filler "
+                         f"records at offsets {start}..{to} were appended and deleted")  # fmt: skip
+    if to > ctx.plan.copy_start:
+        ctx.notes.append(f"the local log starts at {to}: the source serves nothing below it, "
+                         f"though it reports its log start at {ctx.plan.copy_start}")  # fmt: skip
+    return expected, sequence
 
 
 def _check_agreement(stream: ChunkStream, last: Batch | None, last_source: str) -> None:
@@ -213,7 +271,10 @@ def _verify(
                     f"{res.base_offset}: another writer or a changed log; stopped writing",
                     offset=base, **where,
                 )  # fmt: skip
-            ctx.confirmed(sent.source, sent.size, nxt)
+            if sent.filler:
+                ctx.confirmed_end = nxt
+            else:
+                ctx.confirmed(sent.source, sent.size, nxt)
             ctx.budget.release(sent.size)
             slot.release()  # only now may the next batch of this partition go out
     except PartsyncError as e:

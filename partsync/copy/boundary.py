@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from partsync.copy.context import CopyContext
 from partsync.errors import DivergenceError, UnsafeError
+from partsync.io.cluster import Cluster
 from partsync.io.reader import batch_at
+from partsync.plan.comparator import Bounds
 from partsync.wire.batch import Batch
+from partsync.wire.filler import is_filler
 
-__all__ = ["check_local_boundary", "check_sources_agree"]
+__all__ = ["check_local_boundary", "check_sources_agree", "local_for_plan"]
 
 
 def _batch_on(ctx: CopyContext, name: str, offset: int) -> Batch:
@@ -53,6 +56,8 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
     if local_end == 0 or local_end <= plan.local.log_start:
         return None
     mine = _batch_on(ctx, ctx.local.name, local_end - 1)
+    if plan.bootstrap and is_filler(mine):
+        return None  # a bootstrap killed while filling: the fill goes on from here
     if mine.last_offset != local_end - 1:
         raise UnsafeError(
             f"local batch {mine.base_offset}..{mine.last_offset} does not end at the local log "
@@ -82,3 +87,18 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
             + "); the copy continues from the local log end unchecked"
         )
     return mine
+
+
+def local_for_plan(
+    local: Cluster, topic: str, partition: int, bounds: Bounds, sources: dict[str, Bounds]
+) -> Bounds:
+    """The local bounds to plan with: as read, except that a local log holding only filler
+    records at its end (a mirror's start that was killed while filling) counts as empty at its
+    end, so the start goes on instead of being refused."""
+    if bounds.end == bounds.log_start or not sources:
+        return bounds
+    if min(b.log_start for b in sources.values()) <= bounds.end:
+        return bounds  # a source holds the local end: an ordinary continuation
+    conn = local.broker_conn(local.leader(topic, partition))
+    last = batch_at(conn, local.name, topic, partition, bounds.end - 1)
+    return Bounds(bounds.end, bounds.end) if is_filler(last) else bounds

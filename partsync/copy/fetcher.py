@@ -108,8 +108,11 @@ def _fetch_chunk(ctx: CopyContext, conn: Connection, source: str, stream: ChunkS
                                 before_fetch=reserve):  # fmt: skip
         _throttle(ctx, source, fetched.received)
         kept = 0
+        # A bootstrap's first chunk begins at the sources' log start, which may cut a batch:
+        # that batch is copied whole (the records below the log start are deleted after).
+        first_of_bootstrap = ctx.plan.bootstrap and stream.index == 0
         for b in fetched.batches:
-            if b.base_offset < chunk.start:
+            if b.base_offset < chunk.start and not first_of_bootstrap:
                 stream.boundary = b  # the batch just below the chunk (agreement check)
                 continue
             stream.items.put(b)

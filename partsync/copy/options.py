@@ -24,6 +24,8 @@ class CopyOptions:
     # Renew a long-lived owner's fencing identity this often, well inside the local cluster's
     # transactional.id.expiration.ms (7 days by default), see ``producer.renew_producer``.
     fencing_renew_s: float = 3600.0
+    # Records per filler batch when a mirror starts at its sources' log start (copy.appender).
+    filler_records: int = 500_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:

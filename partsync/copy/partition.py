@@ -43,6 +43,10 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
         if producer is None or not producer.usable:
             producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
         append_in_order(ctx, streams, last, producer)
+        if ctx.plan.bootstrap and ctx.error is None and ctx.confirmed_end > ctx.plan.copy_start:
+            # The first copied batch may begin below the sources' log start: the local log
+            # starts exactly where theirs does.
+            ctx.local.delete_records(ctx.topic, ctx.partition, ctx.plan.copy_start)
     finally:
         ctx.budget.close()
         ctx.close_all()

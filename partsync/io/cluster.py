@@ -310,15 +310,36 @@ class Cluster:
                 )  # fmt: skip
             self.metadata(refresh=True)  # the leader may have moved meanwhile
 
+    def check_delete_records(self, topic: str, partition: int, at: int, before: int) -> None:
+        """Refuse (unsafe) unless the partition's leader can DeleteRecords: it must offer the
+        API and carry out a no-op one (up to ``at``, the log end), since some brokers advertise
+        it and drop the connection instead (Tansu). Tried twice, so a connection lost by chance
+        is not taken for a missing capability."""
+        missing = UnsafeError(
+            f"the broker does not support DeleteRecords, which starting a mirror at offset "
+            f"{before} needs (moving the log start past the filler records); nothing written",
+            cluster=self.name, topic=topic, partition=partition, offset=before,
+        )  # fmt: skip
+        for attempt in (1, 2):
+            conn = self.broker_conn(self.leader(topic, partition))
+            if not conn.supports("DeleteRecords"):
+                raise missing
+            try:
+                code, _low = conn.delete_records(topic, partition, at)
+            except ClusterError:
+                if attempt == 2:
+                    raise missing from None
+                continue
+            if code in (ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST):
+                raise missing
+            if code:
+                raise broker_error(code, f"DeleteRecords before offset {at}", cluster=self.name,
+                                   topic=topic, partition=partition, offset=at)  # fmt: skip
+            return
+
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         """Move the partition's log start to ``before`` (DeleteRecords on its leader)."""
         conn = self.broker_conn(self.leader(topic, partition))
-        if not conn.supports("DeleteRecords"):
-            raise UnsafeError(
-                f"the broker does not support DeleteRecords, which starting a mirror at offset "
-                f"{before} needs (moving the log start past the filler records)",
-                cluster=self.name, topic=topic, partition=partition, offset=before,
-            )  # fmt: skip
         code, low = conn.delete_records(topic, partition, before)
         if code:
             raise broker_error(code, f"DeleteRecords before offset {before}", cluster=self.name,

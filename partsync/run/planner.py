@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
+from partsync.copy.boundary import local_for_plan
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, TopicError
 from partsync.io.bounds import read_log_ends
@@ -152,7 +153,10 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     plans = []
     for p in parts:
         sources = {name: b[p] for name, b in src_bounds.items()}
-        plan = plan_partition(topic, p, local_bounds[p], sources, req.policy)
+        local_b = local_bounds[p]
+        if create is None:
+            local_b = local_for_plan(local, topic, p, local_b, sources)
+        plan = plan_partition(topic, p, local_b, sources, req.policy)
         if refusal is not None and plan.condition is Condition.BEHIND:
             plan = dataclasses.replace(plan, condition=Condition.UNSAFE, chunks=(), reason=refusal,
                                        serving=())  # fmt: skip

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
+from partsync.copy.boundary import local_for_plan
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
@@ -102,6 +103,7 @@ def refresh_plan(
                     raise
                 log.info("source %s did not answer (%s); planning without it", name, e.reason)
                 unreachable.append(name)
+    local_b = local_for_plan(local, p.topic, p.partition, local_b, src_b)
     fresh = plan_partition(p.topic, p.partition, local_b, src_b, task.policy)
     fresh = unknown_without(fresh, unreachable)
     if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:

@@ -187,6 +187,16 @@ def plan(
     "then that partition fails with a retriable error (exit 1).",
 )
 @click.option(
+    "--filler-records",
+    type=click.IntRange(min=1, max=1_000_000),
+    default=CopyOptions().filler_records,
+    show_default=True,
+    metavar="N",
+    help="Records per filler batch when an empty local partition is brought to its sources' "
+    "log start (the fillers are deleted before the copy; fewer per batch if the local "
+    "max.message.bytes is small).",
+)
+@click.option(
     "--fencing-renew",
     type=click.FloatRange(min=1),
     default=CopyOptions().fencing_renew_s,
@@ -232,6 +242,7 @@ def sync(
     metrics_port: int | None,
     metrics_host: str,
     replication_wait: float,
+    filler_records: int,
     fencing_renew: float,
     fencing: bool,
 ) -> None:
@@ -276,6 +287,7 @@ def sync(
         hw_wait_s=replication_wait,
         fencing=fencing,
         fencing_renew_s=fencing_renew,
+        filler_records=filler_records,
     )
     req = build_request(
         ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts

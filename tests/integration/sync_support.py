@@ -301,17 +301,21 @@ def check_plan(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
         for p in t["partitions"]:
             assert set(p) == {
                 "topic", "partition", "condition", "local", "sources", "target_end",
-                "missing", "ranges", "reason",
+                "missing", "ranges", "reason", "bootstrap",
             }, p  # fmt: skip
-            assert p["condition"] in {"in-sync", "behind", "unsafe"}, p
+            assert p["condition"] in {"in-sync", "behind", "unsafe", "unknown"}, p
             assert set(p["local"]) == {"log_start", "end"}, p
             for b in p["sources"].values():
                 assert set(b) == {"log_start", "high_watermark"}, p
             assert p["missing"] == max(0, p["target_end"] - p["local"]["end"]), p
             if p["condition"] == "behind":
                 # One contiguous run of ranges from the local end to the target.
+                # A bootstrap starts at the sources' log start (fillers cover the rest).
                 edges = [(r["start"], r["end"]) for r in p["ranges"]]
-                assert edges and edges[0][0] == p["local"]["end"], p
+                boot = p["bootstrap"]
+                first = boot["log_start"] if boot else p["local"]["end"]
+                assert boot is None or boot["fill_from"] == p["local"]["end"] < first, p
+                assert edges and edges[0][0] == first, p
                 assert edges[-1][1] == p["target_end"], p
                 assert all(x[1] == y[0] for x, y in itertools.pairwise(edges)), p
                 for r in p["ranges"]:

@@ -395,7 +395,10 @@ def test_usage_and_config_errors_exit_2(
     for what, (r, named) in cases.items():
         assert r.code == 2, f"{what}: exit {r.code}\n{r.stderr}"
         assert named in _unwrapped(r.stderr), f"{what}: {r.stderr!r} does not name {named!r}"
-        assert r.stdout == "", what
+        # --json: exactly one document, the error (it printed nothing before issue 13).
+        err = r.json["error"]
+        assert set(r.json) == {"error"} and err["exit_code"] == 2, what
+        assert err["kind"] in ("usage", "config") and named in err["message"], (what, err)
     assert ends(clusters["local"], topic, 2) == {0: 0, 1: 0}
 
 

@@ -1,0 +1,149 @@
+"""Mirroring a topic whose head retention deleted: an empty local partition is brought to the
+sources' log start (filler records, then DeleteRecords), and every record from there on is the
+source's, at the source's offset.
+
+The source's log start is moved with DeleteRecords (noida and Apache Kafka have it; Tansu does
+not), once at a batch boundary and once inside a batch, whose records below the log start the
+copy must not leave readable either.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from partsync.demo.brokers import Broker
+from partsync.demo.data import assert_partitions_identical, create_topic, produce
+from tests.conftest import CliResult
+from tests.integration.sync_support import (
+    Clusters,
+    bounds,
+    by_partition,
+    check_plan,
+    delete_records,
+    fetch_batches,
+    records,
+    write_config,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+Run = Callable[..., CliResult]
+
+
+def _source_with_log_start(clusters: Clusters, topic: str, n: int, *, mid_batch: bool) -> int:
+    """Source b holds ``n`` records in batches of about 20, with its log start moved to a batch
+    boundary or into a batch; returns the log start."""
+    b = clusters["b"]
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords to move its log start")
+    create_topic(b.bootstrap, topic, 2)
+    for p in range(2):
+        produce(b.bootstrap, topic, records(n, seed=p), partition=p, batch_size=2048,
+                compression=("lz4", "zstd")[p])  # fmt: skip
+    batches = fetch_batches(b, topic, 0)
+    middle = batches[len(batches) // 2]
+    start = middle.base_offset + (middle.record_count // 2 if mid_batch else 0)
+    assert not mid_batch or middle.base_offset < start <= middle.last_offset
+    for p in range(2):
+        delete_records(b.bootstrap, topic, p, start)
+    return start
+
+
+@pytest.mark.parametrize("where", ["at-a-batch-boundary", "inside-a-batch"])
+def test_an_empty_local_partition_starts_at_the_sources_log_start(
+    clusters: Clusters, psync: Run, topic: str, where: str
+) -> None:
+    start = _source_with_log_start(clusters, topic, 1500, mid_batch=where == "inside-a-batch")
+    b, local = clusters.bootstrap("b"), clusters.bootstrap("local")
+    create_topic(local, topic, 2)
+    plan = check_plan(psync("plan", "--topic", topic, "--sources", "b", "--json").json)
+    assert plan[(topic, 0)]["bootstrap"] == {"fill_from": 0, "log_start": start}
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    for e in by_partition(r.json, topic).values():
+        assert e["status"] == "synced", e
+        assert any("filler records" in n for n in e["notes"]), e
+    got = bounds(clusters["local"], topic, 2)
+    want = bounds(clusters["b"], topic, 2)
+    for p in range(2):
+        # Kafka serves the batch holding its log start (the local log then starts exactly
+        # there); noida serves nothing of a batch its log start cuts, so the local log starts
+        # at the first batch it serves (and the result says so).
+        served = fetch_batches(clusters["b"], topic, p, start)[0].base_offset
+        assert got[p].log_start == max(start, served), (p, got, want, served)
+        assert got[p].end == want[p].end
+    assert_partitions_identical(b, local, topic, 2)  # every record from the log start on
+    again = psync("sync", "--topic", topic, "--sources", "b", "--json")
+    assert again.code == 0 and {e["status"] for e in by_partition(again.json, topic).values()} == {
+        "in-sync"
+    }
+
+
+def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
+    """SIGKILL while the fillers are being appended: the next run sees a local log that ends in
+    fillers, fills on, and the mirror still starts exactly at the source's log start."""
+    b, local = clusters["b"], clusters.bootstrap("local")
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords")
+    create_topic(b.bootstrap, topic, 1)
+    create_topic(local, topic, 1)
+    produce(b.bootstrap, topic, records(300, seed=3), partition=0)
+    produce(b.bootstrap, topic, records(10, seed=4), partition=0)
+    end = bounds(b, topic, 1)[0].end
+    start = 300
+    delete_records(b.bootstrap, topic, 0, start)
+    # 100 filler batches of 3 records: a kill lands among them.
+    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
+            "--topic", topic, "--sources", "b", "--no-group", "--json", "--filler-records", "3"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while bounds(clusters["local"], topic, 1)[0].end < 30:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    filled = bounds(clusters["local"], topic, 1)[0]
+    assert 0 < filled.end < start, filled  # killed among the fillers
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert bounds(clusters["local"], topic, 1)[0].log_start == start
+    assert bounds(clusters["local"], topic, 1)[0].end == end
+    assert_partitions_identical(b.bootstrap, local, topic, 1)
+
+
+def test_a_local_cluster_without_delete_records_is_refused_before_writing(
+    clusters: Clusters,
+    cli: Run,
+    topic: str,
+    tmp_path: Path,
+    broker_mode: str,
+    broker_factory: Callable[[str], Broker],
+) -> None:
+    """Tansu has no DeleteRecords: the start is refused before a filler is written."""
+    if broker_mode != "mixed":
+        pytest.skip("the mixed mode has Tansu brokers to play a local cluster")
+    start = _source_with_log_start(clusters, topic, 400, mid_batch=False)
+    tansu = broker_factory("tansu")
+    create_topic(tansu.bootstrap, topic, 2)
+    cfg = write_config(tmp_path / "p.toml", {"b": clusters["b"], "local": tansu})
+
+    r = cli("--config", str(cfg), "sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 3, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "unsafe" and e["local_end_after"] == 0, e
+    assert "DeleteRecords" in e["reason"] and f"offset {start}" in e["reason"], e["reason"]
+    assert bounds(tansu, topic, 2)[0].end == 0
