@@ -55,6 +55,14 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
     local_end = plan.local.end
     if local_end == 0 or local_end <= plan.local.log_start:
         return None
+    if plan.bootstrap and min(b.log_start for b in plan.sources.values()) > local_end:
+        # A retention gap skipped on request: the local records below the sources' log start
+        # are deleted with the gap; there is nothing left to compare with.
+        ctx.notes.append(
+            f"retention gap skipped: offsets {local_end}..{plan.copy_start} are on no source; "
+            f"the local records {plan.local.log_start}..{local_end} were deleted with them"
+        )
+        return None
     mine = _batch_on(ctx, ctx.local.name, local_end - 1)
     if plan.bootstrap and is_filler(mine):
         return None  # a bootstrap killed while filling: the fill goes on from here

@@ -79,15 +79,21 @@ class PlanPolicy:
     ``chunk_offsets``: offsets per chunk; chunks are the unit handed to different sources (and
     connections) in parallel. ``bootstrap``: an empty local partition whose sources start above
     its end is brought to the sources' log start with filler records (then deleted), instead of
-    being refused.
+    being refused. ``retention_gap``: the same for a non-empty one, only when "skip".
     """
 
     chunk_offsets: int = 50_000
     bootstrap: bool = True
+    # A local partition that fell behind every source's retention (its end below every log
+    # start): "refuse" (the default: the offsets in between are lost) or "skip" (start again at
+    # the sources' log start like a bootstrap, deleting the local records below it).
+    retention_gap: str = "refuse"
 
     def __post_init__(self) -> None:
         if self.chunk_offsets < 1:
             raise ValueError("chunk_offsets must be at least 1")
+        if self.retention_gap not in ("refuse", "skip"):
+            raise ValueError("retention_gap must be 'refuse' or 'skip'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +189,10 @@ def plan_partition(
     # An empty local partition below every source's log start (a mirror of a topic whose head
     # retention deleted): start at the earliest offset a source holds.
     bootstrap = False
-    if policy.bootstrap and local.log_start == local.end:
-        held = [b.log_start for b in sources.values() if b.end > b.log_start]
-        if held and min(held) > start:
+    held = [b.log_start for b in sources.values() if b.end > b.log_start]
+    if held and min(held) > start:
+        empty = local.log_start == local.end
+        if (empty and policy.bootstrap) or (not empty and policy.retention_gap == "skip"):
             start, bootstrap = min(held), True
 
     # Cut points: chunk grid plus every place where the set of sources able to serve changes.

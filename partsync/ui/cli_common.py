@@ -160,6 +160,16 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Offsets per chunk; chunks are fetched from different sources in parallel.",
         ),
         click.option(
+            "--on-retention-gap",
+            type=click.Choice(["refuse", "skip"]),
+            default="refuse",
+            show_default=True,
+            help="A local partition that fell behind every source's retention (its end below "
+            "every source's log start): refuse it (exit 3, nothing written), or skip the lost "
+            "offsets: start again at the sources' log start, deleting the local records below "
+            "it (reported in the result's notes).",
+        ),
+        click.option(
             "--create-missing",
             is_flag=True,
             help="Create a missing local topic with the sources' partition count and "
@@ -182,6 +192,7 @@ def build_request(
     chunk_offsets: int,
     create_missing: bool,
     options: CopyOptions | None = None,
+    on_retention_gap: str = "refuse",
 ) -> Any:
     from partsync.run.planner import SyncRequest
 
@@ -201,6 +212,6 @@ def build_request(
         local=loc,
         partitions=parse_partitions(partitions),
         create_missing=create_missing,
-        policy=PlanPolicy(chunk_offsets=chunk_offsets),
+        policy=PlanPolicy(chunk_offsets=chunk_offsets, retention_gap=on_retention_gap),
         options=options or CopyOptions(),
     )

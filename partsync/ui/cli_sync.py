@@ -39,6 +39,7 @@ def plan(
     local: str | None,
     partitions: str | None,
     chunk_offsets: int,
+    on_retention_gap: str,
     create_missing: bool,
     as_json: bool,
 ) -> None:
@@ -53,7 +54,8 @@ def plan(
     from partsync.run.sync import plan_exit_status
     from partsync.ui.render import plan_notes, plan_table
 
-    req = build_request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing)
+    req = build_request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing,
+                        on_retention_gap=on_retention_gap)  # fmt: skip
     with ClusterPool() as pool:
         plans = plan_topics(req, pool)
     if as_json:
@@ -223,6 +225,7 @@ def sync(
     local: str | None,
     partitions: str | None,
     chunk_offsets: int,
+    on_retention_gap: str,
     create_missing: bool,
     as_json: bool,
     max_in_flight_bytes: int,
@@ -290,8 +293,9 @@ def sync(
         filler_records=filler_records,
     )
     req = build_request(
-        ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts
-    )
+        ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts,
+        on_retention_gap,
+    )  # fmt: skip
     run_opts = RunOptions(
         follow=follow,
         group=group,

@@ -147,3 +147,35 @@ def test_a_local_cluster_without_delete_records_is_refused_before_writing(
     assert e["status"] == "unsafe" and e["local_end_after"] == 0, e
     assert "DeleteRecords" in e["reason"] and f"offset {start}" in e["reason"], e["reason"]
     assert bounds(tansu, topic, 2)[0].end == 0
+
+
+def test_a_retention_gap_is_refused_unless_skipping_it_is_asked_for(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """The local partition fell behind the source's retention (local end 100, source log start
+    200): refused by default; --on-retention-gap skip starts again at the log start, and says
+    which offsets were skipped and which local records went with them."""
+    b = clusters["b"]
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords")
+    local = clusters.bootstrap("local")
+    create_topic(b.bootstrap, topic, 1)
+    create_topic(local, topic, 1)
+    produce(b.bootstrap, topic, records(100, seed=5), partition=0)
+    assert psync("sync", "--topic", topic, "--sources", "b").code == 0
+    produce(b.bootstrap, topic, records(200, seed=6), partition=0, batch_size=2048)
+    delete_records(b.bootstrap, topic, 0, 200)
+    refused = psync("sync", "--topic", topic, "--sources", "b", "--json")
+    assert refused.code == 3 and bounds(clusters["local"], topic, 1)[0].end == 100
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json", "--on-retention-gap", "skip")
+
+    assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "synced" and e["local_end_after"] == 300, e
+    assert any("retention gap skipped: offsets 100..200" in n and "0..100 were deleted" in n
+               for n in e["notes"]), e["notes"]  # fmt: skip
+    got = bounds(clusters["local"], topic, 1)[0]
+    served = fetch_batches(b, topic, 0, 200)[0].base_offset
+    assert got.log_start == max(200, served) and got.end == 300, got
+    assert_partitions_identical(b.bootstrap, local, topic, 1)
