@@ -29,6 +29,7 @@ from partsync._kafka.connection import (
 )
 from partsync._kafka.requests import (
     BrokerInfo,
+    CommittedOffset,
     Connection,
     FetchedPartition,
     JoinResult,
@@ -52,6 +53,7 @@ __all__ = [
     "TXN_KEY",
     "UNKNOWN_OUTCOME_CODES",
     "BrokerInfo",
+    "CommittedOffset",
     "Connection",
     "ErrorCode",
     "FetchedPartition",

@@ -17,6 +17,7 @@ from typing import Any, Self
 
 from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.admin.topics import (
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -31,6 +32,10 @@ from kafka.protocol.consumer.group import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -94,6 +99,10 @@ _PREFERRED = {
     "SyncGroup": (SyncGroupRequest, SyncGroupResponse, 1, 5),
     "Heartbeat": (HeartbeatRequest, HeartbeatResponse, 1, 4),
     "LeaveGroup": (LeaveGroupRequest, LeaveGroupResponse, 1, 5),
+    # Copying a consumer group's committed offsets (``partsync offsets``).
+    "OffsetFetch": (OffsetFetchRequest, OffsetFetchResponse, 1, 7),
+    "OffsetCommit": (OffsetCommitRequest, OffsetCommitResponse, 2, 8),
+    "DescribeGroups": (DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
     "SaslHandshake": (SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
     "SaslAuthenticate": (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
 }

@@ -6,17 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 
 from partsync._kafka.connection import GROUP_KEY
 
-__all__ = ["BrokerInfo", "GroupRequests", "JoinResult"]
+__all__ = ["BrokerInfo", "CommittedOffset", "GroupRequests", "JoinResult"]
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """A group's committed offset for one partition (offset -1: none)."""
+
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error_code: int
 
 
 @dataclass(frozen=True)
@@ -141,3 +155,49 @@ class GroupRequests:
         else:
             req = LeaveGroupRequest(group_id=group, member_id=member_id)
         return int(self.call("LeaveGroup", req).error_code)
+
+    # -- committed offsets (consumer group failover) ----------------------------------------
+
+    def describe_group(self, group: str) -> tuple[int, str, int]:
+        """(error code, state, live members) of a group, from its coordinator."""
+        resp = self.call("DescribeGroups", DescribeGroupsRequest(groups=[group]))
+        g = resp.groups[0]
+        return int(g.error_code), str(g.group_state), len(g.members)
+
+    def offset_fetch(
+        self, group: str, topic: str, partitions: list[int]
+    ) -> tuple[int, dict[int, CommittedOffset]]:
+        """(group error code, committed offsets) for ``partitions`` of ``topic``."""
+        T = OffsetFetchRequest.OffsetFetchRequestTopic
+        req = OffsetFetchRequest(group_id=group,
+                                 topics=[T(name=topic, partition_indexes=partitions)])  # fmt: skip
+        resp = self.call("OffsetFetch", req)
+        out = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                out[p.partition_index] = CommittedOffset(
+                    p.partition_index, int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)), p.metadata, int(p.error_code),
+                )  # fmt: skip
+        return int(getattr(resp, "error_code", 0) or 0), out
+
+    def offset_commit(
+        self, group: str, topic: str, offsets: dict[int, tuple[int, str | None]]
+    ) -> dict[int, int]:
+        """Commit ``{partition: (offset, metadata)}`` as a standalone client (no generation,
+        no member: only an empty group takes it), with the leader epoch left unknown (-1).
+        Returns each partition's error code."""
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        P = T.OffsetCommitRequestPartition
+        req = OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[T(name=topic, partitions=[
+                P(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                  committed_metadata=m or "")
+                for p, (o, m) in sorted(offsets.items())
+            ])],
+        )  # fmt: skip
+        resp = self.call("OffsetCommit", req)
+        return {p.partition_index: int(p.error_code) for t in resp.topics for p in t.partitions}

@@ -17,10 +17,11 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest
 from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.codes import raise_for_code
 from partsync._kafka.connection import CONSUMER_REPLICA, BrokerConnection
-from partsync._kafka.group_requests import BrokerInfo, GroupRequests, JoinResult
+from partsync._kafka.group_requests import BrokerInfo, CommittedOffset, GroupRequests, JoinResult
 
 __all__ = [
     "BrokerInfo",
+    "CommittedOffset",
     "Connection",
     "FetchedPartition",
     "JoinResult",

@@ -24,6 +24,7 @@ from partsync.ui.cli_common import (
     stderr,
 )
 from partsync.ui.cli_diff import demo, diff
+from partsync.ui.cli_offsets import offsets
 from partsync.ui.cli_sync import plan, sync
 
 __all__ = ["cli", "main", "program", "raw_main"]
@@ -57,7 +58,7 @@ def cli(click_ctx: click.Context, config_path: str | None, verbose: int) -> None
     click_ctx.obj = Ctx(config_path)
 
 
-for _command in (plan, sync, demo, diff):
+for _command in (plan, sync, demo, diff, offsets):
     cli.add_command(_command)
 
 

@@ -1,0 +1,151 @@
+"""Consumer group failover: copy a group's committed offsets from a source cluster to the local
+one, verbatim (offsets are identical across partsync's clusters, so nothing is translated).
+
+For each group and topic: the local group must have no live members (Kafka lets only members
+commit to a group that has them, and consumers running there would be overtaken); the source's
+committed offsets are read with OffsetFetch and committed on the local cluster with OffsetCommit
+as a standalone client, with the committed leader epoch left unknown (-1: the source's epochs
+mean nothing locally, and a consumer validating a foreign epoch would reset or rewind) and the
+metadata string kept. A commit beyond the local log end is clamped to it (a consumer whose
+committed offset is past the end resets by ``auto.offset.reset``) and reported ``clamped``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from partsync._kafka import GROUP_KEY, Connection, broker_error
+from partsync.errors import ClusterError, ExitStatus, TopicError, UnsafeError
+from partsync.io.cluster import Cluster
+
+__all__ = ["GroupOffsets", "OffsetCopy", "OffsetsReport", "copy_group_offsets"]
+
+# Group states in which no member is alive (Kafka's classic and consumer protocols).
+_IDLE_STATES = {"Empty", "Dead", "", "EMPTY", "DEAD"}
+
+
+@dataclass(frozen=True)
+class OffsetCopy:
+    topic: str
+    partition: int
+    source_offset: int | None  # None: the group has no commit for the partition on the source
+    local_offset: int | None  # what was committed locally (None: nothing)
+    status: str  # copied, clamped, no-commit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "source_offset": self.source_offset,
+            "local_offset": self.local_offset,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    group: str
+    partitions: tuple[OffsetCopy, ...] = ()
+    status: str = "copied"  # copied, refused, error
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "status": self.status,
+            "reason": self.reason,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+@dataclass(frozen=True)
+class OffsetsReport:
+    groups: tuple[GroupOffsets, ...]
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        """3 if a group was refused (live members: a person must stop them), 1 on errors."""
+        statuses = {g.status for g in self.groups}
+        if "refused" in statuses:
+            return ExitStatus.UNSAFE
+        if "error" in statuses:
+            return ExitStatus.FAILURE
+        return ExitStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [g.to_dict() for g in self.groups]}
+
+
+def _coordinator(cluster: Cluster, group: str) -> Connection:
+    code, coord = cluster.find_coordinator(group, GROUP_KEY)
+    if code or coord is None:
+        raise broker_error(code, f"finding the coordinator of group {group!r}",
+                           cluster=cluster.name)  # fmt: skip
+    return cluster.connect_to(coord)
+
+
+def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]) -> GroupOffsets:
+    local_coord = _coordinator(local, group)
+    source_coord = _coordinator(source, group)
+    try:
+        code, state, members = local_coord.describe_group(group)
+        if code:
+            raise broker_error(code, f"describing group {group!r}", cluster=local.name)
+        if members or state not in _IDLE_STATES:
+            raise UnsafeError(
+                f"group {group!r} has {members} live member(s) on the local cluster (state "
+                f"{state}): stop those consumers before copying the group's offsets (Kafka "
+                "lets only members commit to a group that has them)",
+                cluster=local.name,
+            )
+        copies: list[OffsetCopy] = []
+        for topic in topics:
+            info = source.topic(topic)
+            if info is None:
+                raise TopicError("topic does not exist", cluster=source.name, topic=topic)
+            parts = list(range(info.partitions))
+            code, committed = source_coord.offset_fetch(group, topic, parts)
+            if code:
+                raise broker_error(code, f"reading group {group!r}'s offsets",
+                                   cluster=source.name, topic=topic)  # fmt: skip
+            ends = local.bounds(topic, parts)
+            todo: dict[int, tuple[int, str | None]] = {}
+            for p in parts:
+                c = committed.get(p)
+                if c is not None and c.error_code:
+                    raise broker_error(c.error_code, f"reading group {group!r}'s offset",
+                                       cluster=source.name, topic=topic, partition=p)  # fmt: skip
+                if c is None or c.offset < 0:
+                    copies.append(OffsetCopy(topic, p, None, None, "no-commit"))
+                    continue
+                end = ends[p].end
+                offset = min(c.offset, end)
+                todo[p] = (offset, c.metadata)
+                copies.append(OffsetCopy(topic, p, c.offset, offset,
+                                         "clamped" if offset < c.offset else "copied"))  # fmt: skip
+            if todo:
+                for p, err in local_coord.offset_commit(group, topic, todo).items():
+                    if err:
+                        raise broker_error(err, f"committing group {group!r}'s offset",
+                                           cluster=local.name, topic=topic, partition=p)  # fmt: skip
+        return GroupOffsets(group, tuple(copies))
+    finally:
+        local_coord.close()
+        source_coord.close()
+
+
+def copy_group_offsets(
+    source: Cluster, local: Cluster, groups: Sequence[str], topics: Sequence[str]
+) -> OffsetsReport:
+    """Copy each group's committed offsets for ``topics`` from ``source`` to ``local``."""
+    out = []
+    for group in groups:
+        try:
+            out.append(_copy_one(source, local, group, topics))
+        except UnsafeError as e:
+            out.append(GroupOffsets(group, status="refused", reason=str(e)))
+        except (ClusterError, TopicError) as e:
+            out.append(GroupOffsets(group, status="error", reason=str(e)))
+    return OffsetsReport(tuple(out))

@@ -1,0 +1,143 @@
+"""Consumer group failover (``partsync offsets``): a group that committed on a source resumes
+on the local cluster at exactly the next record, checked with an independent client
+(confluent-kafka) on both sides."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from partsync.demo.data import create_topic, produce
+from tests.conftest import CliResult
+from tests.integration.sync_support import Clusters, records
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+Run = Callable[..., CliResult]
+
+
+def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit offsets for ``group`` as its consumer would (with a metadata string)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o, metadata=f"m{p}")
+                          for p, o in offsets.items()], asynchronous=False)  # fmt: skip
+    finally:
+        c.close()
+
+
+@contextmanager
+def _consumer(bootstrap: str, group: str, topic: str) -> Iterator[Any]:
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "session.timeout.ms": 6000})  # fmt: skip
+    c.subscribe([topic])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _first_records(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, Any]:
+    """The first record a consumer of ``group`` reads on each partition."""
+    first: dict[int, Any] = {}
+    with _consumer(bootstrap, group, topic) as c:
+        deadline = time.monotonic() + 60
+        while len(first) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            first.setdefault(m.partition(), (m.offset(), m.key(), m.value()))
+    return first
+
+
+def _record_at(bootstrap: str, topic: str, partition: int, offset: int) -> Any:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "partsync-check", "log_level": 3,
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                return (m.offset(), m.key(), m.value())
+    finally:
+        c.close()
+    raise AssertionError(f"no record at {topic}[{partition}]@{offset}")
+
+
+@pytest.fixture
+def mirrored(clusters: Clusters, psync: Run, topic: str) -> str:
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 3)
+    create_topic(local, topic, 3)
+    for p in range(3):
+        produce(a, topic, records(200, seed=p), partition=p)
+    assert psync("sync", "--topic", topic, "--sources", "a").code == 0
+    return topic
+
+
+def test_a_group_resumes_on_the_local_cluster_at_the_exact_next_record(
+    clusters: Clusters, psync: Run, mirrored: str
+) -> None:
+    topic, group = mirrored, f"{mirrored}-app"
+    committed = {0: 70, 1: 0, 2: 200}
+    _commit(clusters.bootstrap("a"), group, topic, committed)
+
+    r = psync("offsets", "--topic", topic, "--from", "a", "--group", group, "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    [g] = r.json["groups"]
+    assert g["group"] == group and g["status"] == "copied", g
+    got = {p["partition"]: p for p in g["partitions"]}
+    for p, o in committed.items():
+        assert got[p] == {"topic": topic, "partition": p, "source_offset": o,
+                          "local_offset": o, "status": "copied"}  # fmt: skip
+    produce(clusters.bootstrap("a"), topic, records(5, seed=9), partition=2)
+    assert psync("sync", "--topic", topic, "--sources", "a").code == 0
+    first = _first_records(clusters.bootstrap("local"), group, topic, 3)
+    for p, o in committed.items():
+        assert first[p][0] == o, (p, first[p])  # resumed, not reset to the earliest offset
+        assert first[p] == _record_at(clusters.bootstrap("a"), topic, p, o)
+
+
+def test_a_commit_beyond_the_local_end_is_clamped_and_reported(
+    clusters: Clusters, psync: Run, mirrored: str
+) -> None:
+    topic, group = mirrored, f"{mirrored}-ahead"
+    produce(clusters.bootstrap("a"), topic, records(50, seed=7), partition=1)  # not synced yet
+    _commit(clusters.bootstrap("a"), group, topic, {1: 240})
+
+    r = psync("offsets", "--topic", topic, "--from", "a", "--group", group, "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    got = {p["partition"]: p for p in r.json["groups"][0]["partitions"]}
+    assert got[1]["status"] == "clamped" and got[1]["local_offset"] == 200, got
+    assert got[0]["status"] == got[2]["status"] == "no-commit", got
+
+
+def test_a_group_with_live_members_on_the_local_cluster_is_refused(
+    clusters: Clusters, psync: Run, mirrored: str
+) -> None:
+    topic, group = mirrored, f"{mirrored}-live"
+    _commit(clusters.bootstrap("a"), group, topic, {0: 10})
+    with _consumer(clusters.bootstrap("local"), group, topic) as c:
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.2)
+        r = psync("offsets", "--topic", topic, "--from", "a", "--group", group, "--json")
+
+    assert r.code == 3, r.stdout + r.stderr
+    [g] = r.json["groups"]
+    assert g["status"] == "refused" and "live member" in g["reason"], g
