@@ -12,6 +12,7 @@ batches dropped, never sent.
 from __future__ import annotations
 
 import collections
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ class ProduceFuture:
         if not self._event.wait(timeout):
             raise ClusterError(f"no Produce answer within {timeout:.0f}s")
         if self._error is not None:
-            raise self._error
+            # One lost connection fails the appends of many partitions with one error: each
+            # waiter gets a copy of its own, to locate at its partition.
+            raise copy.copy(self._error)
         return self._value
 
 

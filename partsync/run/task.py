@@ -233,6 +233,7 @@ def run_partition(
     session: ProducerSession | None = None
     merged: PartitionResult | None = None
     failures = 0
+    last_start: int | None = None  # where the previous round found the local log ending
     while True:
         if hooks.slots is not None:
             with hooks.slots:
@@ -249,9 +250,15 @@ def run_partition(
         if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():
             return merged  # it needs a person, someone else writes it now, or we were stopped
         if result.status is Status.ERROR:
-            if result.batches:  # progress before the failure: a new run of bad luck
+            # Progress before the failure starts a new run of bad luck: appends confirmed, or
+            # the local log moved since the last round (an append whose answer a cut lost).
+            moved = last_start is not None and result.local_end_before > last_start
+            if result.batches or moved:
                 failures = 0
                 backoff.reset()
+            # The furthest start seen: a round that failed before planning reports the
+            # driver's (older) start, which must not count as the log moving.
+            last_start = max(last_start or 0, result.local_end_before)
             failures += 1
             if not result.retriable or (not follow and failures > task.retries):
                 return merged

@@ -161,3 +161,19 @@ def test_request_size_cap_splits_requests() -> None:
     w.close()
     sizes = [sum(len(d) for d in r["t"].values()) for r in broker.requests[1:]]
     assert all(s <= 25 for s in sizes) and sum(sizes) == 50
+
+
+def test_each_partition_gets_its_own_error_to_locate() -> None:
+    """One lost connection fails many partitions' appends: locating the error at one partition
+    must not relabel the others'."""
+    broker = ScriptedBroker(cut_at=0)
+    w = SharedWriter(broker, max_in_flight=1)  # type: ignore[arg-type]
+    futs = [w.submit("t", p, b"y", never) for p in range(3)]
+    errors = []
+    for f in futs:
+        with pytest.raises(ClusterError) as e:
+            f.result(8)
+        errors.append(e.value)
+    errors[0].partition = 0
+    assert [e.partition for e in errors[1:]] == [None, None]
+    w.close()
