@@ -77,16 +77,9 @@ def append_in_order(
     verifier = threading.Thread(target=_verify, args=(ctx, inflight, slot), daemon=True,
                                 name=f"verify-{ctx.topic}-{ctx.partition}")  # fmt: skip
     verifier.start()
-    pid, epoch, sequence = session.producer_id, session.epoch, session.sequence
+    sender = _Sender(ctx, writer, inflight, slot, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
-
-    def drop_unsent() -> bool:
-        """Batches submitted but not yet sent are dropped once an append failed or went to the
-        wrong offset (stop writing at once) or a stop was requested. A refusal of a *later*
-        batch does not drop them: what came before it is still the source's data, in order."""
-        return ctx.append_failed.is_set() or ctx.external_stop.is_set()
-
     try:
         for stream in streams:
             ctx.budget.advance(stream.index)
@@ -108,8 +101,7 @@ def append_in_order(
                 if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
                     # The mirror starts at the sources' log start: fill up to this batch, then
                     # move the local log start past the fillers, before the first copied batch.
-                    expected, sequence = _fill(ctx, writer, inflight, slot, drop_unsent,
-                                               (pid, epoch), sequence, expected, b.base_offset)  # fmt: skip
+                    expected = _fill(ctx, sender, expected, b.base_offset)
                 if b.base_offset != expected:
                     raise UnsafeError(
                         f"offset gap: the next batch from {source} starts at {b.base_offset} "
@@ -123,13 +115,7 @@ def append_in_order(
                 except UnsafeError as e:
                     e.cluster = e.cluster or source
                     raise
-                data = rewrite_for_append(b, pid, epoch, sequence)
-                sequence = (sequence + b.record_count) & 0x7FFFFFFF
-                while not slot.acquire(timeout=0.5):
-                    ctx.check_running()
-                ctx.check_running()
-                fut = writer.submit(ctx.topic, ctx.partition, data, drop_unsent)
-                inflight.put(_Sent(b.base_offset, b.next_offset, b.size, source, fut))
+                sender.send(b, source)
                 expected = b.next_offset
                 last, last_source = b, source
     except Stop:
@@ -147,24 +133,57 @@ def append_in_order(
         ctx.close_all()
         verifier.join(timeout=5)
         # Only a clean copy leaves the broker's sequence where we think it is.
-        session.sequence = sequence
+        session.sequence = sender.sequence
         session.usable = ctx.error is None and not verifier.is_alive()
 
 
-def _fill(
-    ctx: CopyContext,
-    writer: Any,
-    inflight: queue.Queue[_Sent | None],
-    slot: threading.Semaphore,
-    drop_unsent: Any,
-    producer: tuple[int, int],
-    sequence: int,
-    start: int,
-    to: int,
-) -> tuple[int, int]:
+class _Sender:
+    """Sends a partition's appends, one in flight: each batch is rewritten with the session's
+    producer identity and next sequence, and waits for the slot the verifier gives back only
+    after the previous answer was verified."""
+
+    def __init__(
+        self,
+        ctx: CopyContext,
+        writer: Any,
+        inflight: queue.Queue[_Sent | None],
+        slot: threading.Semaphore,
+        session: ProducerSession,
+    ) -> None:
+        self.ctx, self.writer, self.inflight, self.slot = ctx, writer, inflight, slot
+        self.pid, self.epoch, self.sequence = session.producer_id, session.epoch, session.sequence
+
+    def _drop_unsent(self) -> bool:
+        """Batches submitted but not yet sent are dropped once an append failed or went to the
+        wrong offset (stop writing at once) or a stop was requested. A refusal of a *later*
+        batch does not drop them: what came before it is still the source's data, in order."""
+        return self.ctx.append_failed.is_set() or self.ctx.external_stop.is_set()
+
+    def _acquire(self) -> None:
+        while not self.slot.acquire(timeout=0.5):
+            self.ctx.check_running()
+        self.ctx.check_running()
+
+    def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
+        """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied)."""
+        data = rewrite_for_append(b, self.pid, self.epoch, self.sequence)
+        self.sequence = (self.sequence + b.record_count) & 0x7FFFFFFF
+        self._acquire()
+        fut = self.writer.submit(self.ctx.topic, self.ctx.partition, data, self._drop_unsent)
+        base = b.base_offset if at is None else at
+        size = 0 if filler else b.size  # fillers hold no budget
+        self.inflight.put(_Sent(base, base + b.last_offset_delta + 1, size, source, fut, filler))
+
+    def wait_confirmed(self) -> None:
+        """Return once every append sent so far was verified."""
+        self._acquire()
+        self.slot.release()
+
+
+def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
     """Append filler batches over ``[start, to)`` (one in flight, each verified like a copied
     batch), wait until the last is confirmed, then DeleteRecords up to ``to``. Returns the new
-    expected offset and sequence."""
+    expected offset."""
     if ctx.rules.compacted:
         raise UnsafeError(
             f"starting the mirror at offset {to} needs filler records up to it, which a "
@@ -179,27 +198,24 @@ def _fill(
     while expected < to:
         n = min(ctx.opts.filler_records, to - expected)
         batch = Batch.parse(memoryview(filler_batch(n, int(time.time() * 1000))))
-        data = rewrite_for_append(batch, producer[0], producer[1], sequence)
-        sequence = (sequence + n) & 0x7FFFFFFF
-        while not slot.acquire(timeout=0.5):
-            ctx.check_running()
-        ctx.check_running()
-        fut = writer.submit(ctx.topic, ctx.partition, data, drop_unsent)
-        inflight.put(_Sent(expected, expected + n, 0, ctx.local.name, fut, filler=True))
+        sender.send(batch, ctx.local.name, at=expected, filler=True)
         expected += n
-    while not slot.acquire(timeout=0.5):  # the last filler confirmed
-        ctx.check_running()
-    slot.release()
-    ctx.check_running()
+    sender.wait_confirmed()
     # Also with nothing to fill: fillers of a run killed before this delete may lie below.
     ctx.local.delete_records(ctx.topic, ctx.partition, to)
+    local = ctx.plan.local
+    if local.log_start < start:
+        # A retention gap skipped on request: the local records went with the fillers.
+        ctx.notes.append(f"retention gap skipped: offsets {start}..{ctx.plan.copy_start} are on "
+                         f"no source; the local records {local.log_start}..{start} were "
+                         "deleted with them")  # fmt: skip
     if to > start:
         ctx.notes.append(f"started the mirror at the sources' log start: {to - start} filler "
                          f"records at offsets {start}..{to} were appended and deleted")  # fmt: skip
     if to > ctx.plan.copy_start:
         ctx.notes.append(f"the local log starts at {to}: the source serves nothing below it, "
                          f"though it reports its log start at {ctx.plan.copy_start}")  # fmt: skip
-    return expected, sequence
+    return expected
 
 
 def _check_agreement(stream: ChunkStream, last: Batch | None, last_source: str) -> None:

@@ -57,11 +57,7 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
         return None
     if plan.bootstrap and min(b.log_start for b in plan.sources.values()) > local_end:
         # A retention gap skipped on request: the local records below the sources' log start
-        # are deleted with the gap; there is nothing left to compare with.
-        ctx.notes.append(
-            f"retention gap skipped: offsets {local_end}..{plan.copy_start} are on no source; "
-            f"the local records {plan.local.log_start}..{local_end} were deleted with them"
-        )
+        # are deleted with the gap (``appender._fill``); there is nothing left to compare.
         return None
     mine = _batch_on(ctx, ctx.local.name, local_end - 1)
     if plan.bootstrap and is_filler(mine):
