@@ -1,11 +1,16 @@
-"""Topic administration requests: CreateTopics and DescribeConfigs (a mixin of ``Connection``)."""
+"""Topic administration requests: CreateTopics, CreatePartitions, DeleteRecords and
+DescribeConfigs (a mixin of ``Connection``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest
-from kafka.protocol.admin.topics import CreateTopicsRequest, DeleteRecordsRequest
+from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+)
 
 from partsync._kafka.codes import raise_for_code
 
@@ -53,6 +58,24 @@ class AdminRequests:
                     cluster=self.cluster,
                     topic=topic,
                 )
+
+    def create_partitions(
+        self, topic: str, count: int, timeout_ms: int = 30_000
+    ) -> tuple[int, str | None]:
+        """Grow ``topic`` to ``count`` partitions: returns the error code (0 on success;
+        INVALID_PARTITIONS when it already has that many, e.g. another process grew it) and
+        the broker's message."""
+        T = CreatePartitionsRequest.CreatePartitionsTopic
+        req = CreatePartitionsRequest(
+            topics=[T(name=topic, count=count, assignments=None)],
+            timeout_ms=timeout_ms,
+            validate_only=False,
+        )
+        resp = self.call("CreatePartitions", req)
+        for r in resp.results:
+            if r.name == topic:
+                return int(r.error_code), r.error_message
+        return -1, "no result for the topic"
 
     def delete_records(
         self, topic: str, partition: int, before: int, timeout_ms: int = 30_000

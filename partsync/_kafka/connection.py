@@ -19,6 +19,8 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteRecordsRequest,
@@ -83,13 +85,16 @@ PROBE_WAIT_MS = 100
 # offers. The ranges are ones Apache Kafka 2.5 through 4.x accept (4.0 removed the oldest,
 # KIP-896); InitProducerId starts at 3 in practice because Tansu rejects v0-2.
 _PREFERRED = {
-    "Metadata": (MetadataRequest, MetadataResponse, 4, 7),
+    # v10+ names each topic's id, which tells a topic deleted and created again from the old one.
+    "Metadata": (MetadataRequest, MetadataResponse, 4, 12),
     "Fetch": (FetchRequest, FetchResponse, 4, 11),
     "Produce": (ProduceRequest, ProduceResponse, 3, 8),
     "ListOffsets": (ListOffsetsRequest, ListOffsetsResponse, 1, 5),
     "InitProducerId": (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
+    # Growing a local topic when its sources gained partitions.
+    "CreatePartitions": (CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
     # Moving the local log start when a mirror starts at its source's log start (Tansu has none).
     "DeleteRecords": (DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
     # Group membership on the LOCAL cluster only (partsync never joins a source's groups).

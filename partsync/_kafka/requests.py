@@ -5,6 +5,7 @@ kafka-python object, so the rest of partsync does not depend on its internals.""
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +48,26 @@ class TopicMeta:
     name: str
     error_code: int
     partitions: dict[int, PartitionMeta]
+    # Metadata v10+: the id a topic keeps for its life (a topic deleted and created again under
+    # the same name gets a new one). None where the broker does not say.
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Metadata:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicMeta]
+
+
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _topic_id(t: Any) -> str | None:
+    raw = getattr(t, "topic_id", None)
+    if raw is None:
+        return None
+    tid = raw if isinstance(raw, uuid.UUID) else uuid.UUID(bytes=bytes(raw))
+    return None if tid == _NO_TOPIC_ID else str(tid)
 
 
 # The longest a fetch waits out a broker's throttling before returning what it has (nothing).
@@ -99,7 +114,7 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
                 )
                 for p in t.partitions
             }
-            out[t.name] = TopicMeta(t.name, t.error_code, parts)
+            out[t.name] = TopicMeta(t.name, t.error_code, parts, _topic_id(t))
         return Metadata(brokers, out)
 
     def list_offsets(

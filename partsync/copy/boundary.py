@@ -7,7 +7,7 @@ from partsync.copy.context import CopyContext
 from partsync.errors import DivergenceError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.reader import batch_at
-from partsync.plan.comparator import Bounds
+from partsync.plan.comparator import RECREATED_HINT, Bounds
 from partsync.wire.batch import Batch
 from partsync.wire.filler import is_filler
 
@@ -78,7 +78,7 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
             raise DivergenceError(
                 f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "
                 f"differs from {name}'s batch {theirs.base_offset}..{theirs.last_offset} that "
-                f"holds offset {local_end - 1}",
+                f"holds offset {local_end - 1} ({RECREATED_HINT})",
                 cluster=name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
             )  # fmt: skip
     if not compared:

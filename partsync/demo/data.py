@@ -24,6 +24,7 @@ __all__ = [
     "create_topic",
     "make_records",
     "produce",
+    "wait_for_leaders",
 ]
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -97,7 +98,7 @@ def create_topic(
     finally:
         del admin  # no close() on AdminClient: drop it now, not when a traceback dies
     if error is None:
-        error = _wait_for_leaders(bootstrap, topic, partitions, timeout)
+        error = wait_for_leaders(bootstrap, topic, partitions, timeout)
     if error is not None:
         raise RuntimeError(error)
 
@@ -119,7 +120,7 @@ def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float) -> 
         time.sleep(0.1)
 
 
-def _wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float) -> str | None:
+def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float) -> str | None:
     """None once every partition's leader answers for it (Apache Kafka's metadata names a new
     partition's leader before that broker has taken the partition on), else an error text."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition

@@ -63,6 +63,8 @@ class TopicInfo:
     partitions: int
     leaders: dict[int, int]
     leader_epochs: dict[int, int] = field(default_factory=dict)
+    # Metadata v10+; a topic deleted and created again under its name gets a new one.
+    topic_id: str | None = None
 
 
 class Cluster:
@@ -267,7 +269,7 @@ class Cluster:
                     "partition has no leader", cluster=self.name, topic=name, partition=p
                 )
             leaders[p] = pm.leader
-        return TopicInfo(name, len(t.partitions), leaders, epochs)
+        return TopicInfo(name, len(t.partitions), leaders, epochs, t.topic_id)
 
     def leader(self, topic: str, partition: int) -> int:
         info = self.topic(topic)
@@ -358,3 +360,8 @@ class Cluster:
     ) -> None:
         """Create a topic and wait until it has leaders (``io.topic_admin``)."""
         topic_admin.create_topic(self, topic, partitions, configs, replication)
+
+    def grow_topic(self, topic: str, partitions: int) -> None:
+        """Add partitions up to ``partitions`` and wait until they have leaders
+        (``io.topic_admin``)."""
+        topic_admin.grow_topic(self, topic, partitions)

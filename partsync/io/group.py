@@ -14,6 +14,7 @@ base-offset check of every append back this up (see docs/how-it-works.md).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -171,6 +172,7 @@ class GroupMember:
         self.error: PartsyncError | None = None
         self.joined = threading.Event()  # set after the first assignment arrived
         self._stopping = threading.Event()
+        self._rejoin = threading.Event()
         self._own = _Ownership(group, listener, session_timeout_ms, self._stopping,
                                on_lost=self.joined.clear)  # fmt: skip
         self._conn: Connection | None = None
@@ -190,6 +192,17 @@ class GroupMember:
             conn.close()  # interrupt a JoinGroup that waits for other members
         self._thread.join(timeout)
         self._own.join(2)
+
+    def resubscribe(self, partitions: dict[str, int]) -> None:
+        """The job's topics grew to ``partitions``: rejoin with a subscription that says so, which
+        makes the coordinator rebalance the group (a member rejoining unchanged would get its
+        old assignment back) and the leader hand out the new partitions."""
+        counts = dict(self.subscription.partitions)
+        counts.update(partitions)
+        self.subscription = dataclasses.replace(
+            self.subscription, partitions=tuple(sorted(counts.items()))
+        )
+        self._rejoin.set()
 
     @property
     def owned(self) -> list[TopicPartition]:
@@ -323,6 +336,12 @@ class GroupMember:
 
     def _heartbeat_until_rejoin(self) -> None:
         while not self._stopping.wait(self.heartbeat_interval):
+            if self._rejoin.is_set():
+                self._rejoin.clear()
+                log.info("group %s: the job's topics grew; rejoining", self.group)
+                self.joined.clear()
+                self._own.revoke_all(wait=True)
+                return
             if self._own.lost.is_set():
                 self._own.lost.clear()
                 self._own.revoke_all(wait=True)

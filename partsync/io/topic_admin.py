@@ -1,10 +1,11 @@
-"""Topic administration on one cluster: the configs that decide byte identity, and creating a
-topic (the apply step of ``--create-missing``)."""
+"""Topic administration on one cluster: the configs that decide byte identity, creating a topic
+(the apply step of ``--create-missing``) and growing one whose sources gained partitions."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from partsync._kafka.codes import ErrorCode, error_name
 from partsync.errors import ClusterError, TopicError
 from partsync.plan.topic_rules import (
     IDENTITY_CONFIGS,
@@ -17,7 +18,7 @@ from partsync.retry import Backoff
 if TYPE_CHECKING:
     from partsync.io.cluster import Cluster
 
-__all__ = ["create_topic", "topic_configs"]
+__all__ = ["create_topic", "grow_topic", "topic_configs"]
 
 
 def topic_configs(cluster: Cluster, topic: str) -> tuple[dict[str, str], list[str]]:
@@ -70,6 +71,40 @@ def create_topic(
     md = cluster.metadata()
     node = next(iter(sorted(md.brokers)))
     cluster.broker_conn(node).create_topic(topic, partitions, replication, configs)
+    _wait_ready(cluster, topic, partitions, "created topic")
+
+
+def grow_topic(cluster: Cluster, topic: str, partitions: int) -> None:
+    """Grow ``topic`` to ``partitions`` partitions (CreatePartitions: new partitions start
+    empty at offset 0, which is where their sources' copies start too) and wait until they
+    have leaders. A topic that already has that many (another process grew it) is fine."""
+    md = cluster.metadata()
+    node = next(iter(sorted(md.brokers)))
+    conn = cluster.broker_conn(node)
+    if not conn.supports("CreatePartitions"):
+        raise TopicError(
+            f"the local cluster does not support CreatePartitions, needed to grow the topic to "
+            f"its sources' {partitions} partitions",
+            cluster=cluster.name, topic=topic,
+        )  # fmt: skip
+    code, message = conn.create_partitions(topic, partitions)
+    if code and code != ErrorCode.INVALID_PARTITIONS:
+        detail = f": {message}" if message else ""
+        raise TopicError(
+            f"growing the topic to {partitions} partitions failed: {error_name(code)}{detail}",
+            cluster=cluster.name, topic=topic,
+        )  # fmt: skip
+    info = cluster.topic(topic, refresh=True)
+    if code and (info is None or info.partitions < partitions):
+        raise TopicError(
+            f"growing the topic to {partitions} partitions was refused: "
+            f"{message or 'INVALID_PARTITIONS'}",
+            cluster=cluster.name, topic=topic,
+        )  # fmt: skip
+    _wait_ready(cluster, topic, partitions, "grown topic")
+
+
+def _wait_ready(cluster: Cluster, topic: str, partitions: int, what: str) -> None:
     # Wait until metadata shows every partition with a leader, and the leaders answer for them:
     # Apache Kafka's metadata names a new partition's leader before that broker has taken the
     # partition on (it answers NOT_LEADER_OR_FOLLOWER until then).
@@ -77,11 +112,11 @@ def create_topic(
     while True:
         try:
             info = cluster.topic(topic, refresh=True)
-            if info is not None and info.partitions == partitions:
+            if info is not None and info.partitions >= partitions:
                 cluster.bounds(topic, list(range(partitions)))
                 return
         except ClusterError:
             pass
         if not backoff.wait():
-            raise ClusterError("created topic did not become ready (metadata and leaders)",
+            raise ClusterError(f"{what} did not become ready (metadata and leaders)",
                                cluster=cluster.name, topic=topic)  # fmt: skip

@@ -36,19 +36,25 @@ class Subscription:
     topics: tuple[str, ...]
     # Free-form "host:pid" so operators can tell members apart in group listings.
     client: str = ""
+    # Partition counts a member grew its topics to: a changed subscription makes the
+    # coordinator rebalance, so the new partitions are handed out (the leader assigns from the
+    # local cluster's metadata, not from these).
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 def encode_subscription(sub: Subscription) -> bytes:
-    return json.dumps(
-        {"v": _VERSION, "topics": sorted(sub.topics), "client": sub.client}, separators=(",", ":")
-    ).encode()
+    d: dict[str, object] = {"v": _VERSION, "topics": sorted(sub.topics), "client": sub.client}
+    if sub.partitions:
+        d["partitions"] = dict(sorted(sub.partitions))
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def decode_subscription(data: bytes) -> Subscription:
     try:
         d = json.loads(data)
-        return Subscription(tuple(str(t) for t in d["topics"]), str(d.get("client", "")))
-    except (ValueError, KeyError, TypeError) as e:
+        counts = tuple(sorted((str(t), int(n)) for t, n in d.get("partitions", {}).items()))
+        return Subscription(tuple(str(t) for t in d["topics"]), str(d.get("client", "")), counts)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"not a partsync group subscription: {data[:80]!r}") from e
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "RECREATED_HINT",
     "Bounds",
     "Chunk",
     "Condition",
@@ -25,6 +26,15 @@ __all__ = [
     "plan_partition",
     "unknown_without",
 ]
+
+
+# What a source topic deleted and created again looks like from here (its offsets restarted
+# under the same name): the local copy is then ahead of it, or differs from it at the local end.
+RECREATED_HINT = (
+    "if the source topic was deleted and created again, its offsets restarted: partsync never "
+    "appends a new topic's records to the old copy (delete the local topic, or mirror into a "
+    "new one, to start over)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +191,7 @@ def plan_partition(
             sources,
             target_end,
             f"local log end {start} is beyond every source's end (furthest: {target_end}); "
-            "the local partition has data no source has",
+            f"the local partition has data no source has ({RECREATED_HINT})",
         )
     if start == target_end:
         return PartitionPlan(topic, partition, local, dict(sources), Condition.IN_SYNC, target_end)

@@ -104,6 +104,8 @@ class SyncReport:
     seconds: float = 0.0
     # Why the run stopped before catching up, if it did: "deadline" or "signal".
     stopped: str | None = None
+    # Follow mode's --sync-groups: each group's latest offset copy (JSON only when asked for).
+    group_offsets: tuple[dict[str, Any], ...] | None = None
 
     def all_partitions(self) -> list[PartitionResult]:
         return [p for t in self.topics for p in t.partitions]
@@ -130,4 +132,5 @@ class SyncReport:
             "topics": [t.to_dict() for t in self.topics],
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
+            **({} if self.group_offsets is None else {"group_offsets": list(self.group_offsets)}),
         }

@@ -12,6 +12,9 @@ committed offset is past the end resets by ``auto.offset.reset``) and reported `
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,9 @@ from partsync._kafka import GROUP_KEY, Connection, broker_error
 from partsync.errors import ClusterError, ExitStatus, TopicError, UnsafeError
 from partsync.io.cluster import Cluster
 
-__all__ = ["GroupOffsets", "OffsetCopy", "OffsetsReport", "copy_group_offsets"]
+__all__ = ["GroupOffsets", "OffsetCopy", "OffsetsFollower", "OffsetsReport", "copy_group_offsets"]
+
+log = logging.getLogger(__name__)
 
 # Group states in which no member is alive (Kafka's classic and consumer protocols).
 _IDLE_STATES = {"Empty", "Dead", "", "EMPTY", "DEAD"}
@@ -149,3 +154,74 @@ def copy_group_offsets(
         except (ClusterError, TopicError) as e:
             out.append(GroupOffsets(group, status="error", reason=str(e)))
     return OffsetsReport(tuple(out))
+
+
+class OffsetsFollower:
+    """Follow mode's ``--sync-groups``: copies the groups' committed offsets from ``source`` to
+    ``local`` at once and then every ``interval_s`` seconds, so that a failover finds them
+    current (at most one interval, plus the copy's own lag, behind).
+
+    A group with live members on the local cluster (a failover already under way) is left
+    alone and reported once; it is copied again when they are gone. ``last`` holds each
+    group's latest outcome and when it was last copied."""
+
+    def __init__(
+        self,
+        source: Cluster,
+        local: Cluster,
+        groups: Sequence[str],
+        topics: Sequence[str],
+        interval_s: float,
+        stop: threading.Event,
+    ) -> None:
+        self.source, self.local = source, local
+        self.groups, self.topics = tuple(groups), tuple(topics)
+        self.interval_s = interval_s
+        self.stop = stop
+        self.last: dict[str, GroupOffsets] = {}
+        self.copied_at: dict[str, float] = {}  # wall-clock time of each group's last copy
+        self._reported: dict[str, str | None] = {}
+        self._thread = threading.Thread(target=self._run, name="sync-groups", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float = 30.0) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.sync_once()
+            except Exception:  # pragma: no cover - a bug; the data copy goes on without it
+                log.exception("--sync-groups crashed")
+                return
+            if self.stop.wait(self.interval_s):
+                return
+
+    def sync_once(self) -> OffsetsReport:
+        report = copy_group_offsets(self.source, self.local, self.groups, self.topics)
+        for g in report.groups:
+            self.last[g.group] = g
+            problem = None if g.status == "copied" else g.reason
+            if g.status == "copied":
+                self.copied_at[g.group] = time.time()
+            if problem != self._reported.get(g.group):  # log changes, not every interval
+                if problem is None:
+                    log.info("group %s: committed offsets copied from %s", g.group,
+                             self.source.name)  # fmt: skip
+                else:
+                    log.warning("group %s: committed offsets not copied: %s", g.group, problem)
+            self._reported[g.group] = problem
+        return report
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """Each group's latest outcome, for the follow run's report."""
+        out = []
+        for group in self.groups:
+            g = self.last.get(group)
+            d = {"group": group, "status": g.status if g else "not-run",
+                 "reason": g.reason if g else None,
+                 "copied_at": round(self.copied_at[group], 3) if group in self.copied_at else None}  # fmt: skip
+            out.append(d)
+        return out

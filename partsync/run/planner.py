@@ -1,7 +1,7 @@
 """Plan, then apply: read bounds on every cluster and plan each partition (``plan_topics``,
 read-only), and the one write a plan may call for before copying: creating a missing local topic
-(``create_missing_topics``). ``partsync plan`` prints the plans; ``partsync sync`` applies and
-executes them.
+or growing a local topic whose sources gained partitions (``apply_topic_changes``).
+``partsync plan`` prints the plans; ``partsync sync`` applies and executes them.
 
 Topic-wide refusals (partition counts differ, a local topic config that would make the broker
 rewrite batches) are decided here, before any task runs.
@@ -34,8 +34,9 @@ from partsync.plan.topic_rules import LocalTopicRules, create_configs, rules_fro
 __all__ = [
     "SyncRequest",
     "TopicCreation",
+    "TopicGrowth",
     "TopicPlan",
-    "create_missing_topics",
+    "apply_topic_changes",
     "plan_topics",
     "uncopied_result",
     "whole_topic_results",
@@ -49,6 +50,9 @@ class SyncRequest:
     local: ClusterRef
     partitions: frozenset[int] | None = None
     create_missing: bool = False
+    # Grow a local topic whose sources have more partitions (CreatePartitions) rather than
+    # refuse it.
+    add_partitions: bool = True
     policy: PlanPolicy = PlanPolicy()
     options: CopyOptions = CopyOptions()
 
@@ -63,6 +67,15 @@ class TopicCreation:
 
 
 @dataclass(frozen=True)
+class TopicGrowth:
+    """The apply step a plan calls for when the sources gained partitions: grow the local topic
+    from ``current`` to ``partitions`` (the new ones start empty at offset 0, like theirs)."""
+
+    current: int
+    partitions: int
+
+
+@dataclass(frozen=True)
 class TopicPlan:
     topic: str
     partitions: tuple[PartitionPlan, ...]
@@ -71,8 +84,12 @@ class TopicPlan:
     refused: str | None = None  # whole-topic refusal (unsafe)
     error: str | None = None  # whole-topic failure (e.g. topic missing everywhere)
     create: TopicCreation | None = None
+    grow: TopicGrowth | None = None
     # Sources that did not answer: the run cannot tell whether they are ahead.
     unreachable: tuple[str, ...] = ()
+    # Each source's topic id where its broker says (Metadata v10+): a follower that sees one
+    # change knows the topic was deleted and created again, and stops appending from it.
+    topic_ids: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -81,6 +98,9 @@ class TopicPlan:
             "error": self.error,
             "warnings": list(self.warnings),
             "unreachable": list(self.unreachable),
+            "grow": None
+            if self.grow is None
+            else {"from": self.grow.current, "to": self.grow.partitions},
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -90,6 +110,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     warnings: list[str] = []
     unreachable: list[str] = []
     counts: dict[str, int] = {}
+    ids: list[tuple[str, str]] = []
     src_clusters: dict[str, Cluster] = {}
     for ref in req.sources:
         c = pool.get(ref)
@@ -104,6 +125,8 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             continue
         counts[ref.name] = info.partitions
         src_clusters[ref.name] = c
+        if info.topic_id is not None:
+            ids.append((ref.name, info.topic_id))
     if not counts:
         names = ", ".join(r.name for r in req.sources)
         return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
@@ -115,7 +138,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     count = next(iter(counts.values()))
 
     local_info = local.topic(topic)
-    create = None
+    create = grow = None
     if local_info is None:
         if not req.create_missing:
             return TopicPlan(topic, (), warnings=tuple(warnings), error=(
@@ -124,10 +147,22 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             ))  # fmt: skip
         warnings.append(f"topic {topic} would be created on {local.name} with {count} partitions")
         create = TopicCreation(count, next(iter(src_clusters)))
+    elif local_info.partitions < count and req.add_partitions:
+        grow = TopicGrowth(local_info.partitions, count)
+        warnings.append(
+            f"topic {topic} on {local.name} has {local_info.partitions} partitions, its sources "
+            f"{count}: the local topic would grow to {count} (CreatePartitions) before the new "
+            "partitions are copied"
+        )
     elif local_info.partitions != count:
+        hint = (
+            " (sync grows it unless --no-add-partitions)"
+            if local_info.partitions < count
+            else ("; a local topic cannot shrink")
+        )
         return TopicPlan(topic, (), warnings=tuple(warnings), refused=(
             f"partition counts differ: local {local.name} has {local_info.partitions}, "
-            f"sources have {count}"
+            f"sources have {count}{hint}"
         ))  # fmt: skip
 
     parts = select(count, req.partitions, topic=topic)
@@ -138,7 +173,9 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         cfg, w = local.topic_configs(topic)
         warnings.extend(w)
         rules, refusal = rules_from(cfg)
-        local_bounds = _local_bounds(local, topic, parts, warnings)
+        have = [p for p in parts if grow is None or p < grow.current]
+        local_bounds = _local_bounds(local, topic, have, warnings)
+        local_bounds.update({p: Bounds(0, 0) for p in parts if p not in local_bounds})
     src_bounds: dict[str, dict[int, Bounds]] = {}
     for name, c in src_clusters.items():
         try:
@@ -154,7 +191,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     for p in parts:
         sources = {name: b[p] for name, b in src_bounds.items()}
         local_b = local_bounds[p]
-        if create is None:
+        if create is None and p in have:
             local_b = local_for_plan(local, topic, p, local_b, sources)
         plan = plan_partition(topic, p, local_b, sources, req.policy)
         if refusal is not None and plan.condition is Condition.BEHIND:
@@ -165,8 +202,8 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = _located(plan, local.name)
         plans.append(plan)
-    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create,
-                     unreachable=tuple(unreachable))  # fmt: skip
+    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create, grow=grow,
+                     unreachable=tuple(unreachable), topic_ids=tuple(ids))  # fmt: skip
 
 
 def _local_bounds(
@@ -212,21 +249,30 @@ def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
     return out
 
 
-def create_missing_topics(
+def apply_topic_changes(
     req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan]
 ) -> list[TopicPlan]:
-    """Apply the plans' topic creations on the local cluster, then plan those topics again
-    (their local bounds and rules are real now). Plans without a creation are returned as are."""
+    """Apply the plans' topic creations and growths on the local cluster, then plan those
+    topics again (their local bounds and rules are real now). Plans without either are returned
+    as they are."""
     local = pool.get(req.local)
     out = []
     for tp in plans:
-        if tp.create is None or tp.refused or tp.error:
+        if (tp.create is None and tp.grow is None) or tp.refused or tp.error:
             out.append(tp)
             continue
-        src_cfg, warnings = pool.get(_ref(req, tp.create.source)).topic_configs(tp.topic)
-        local.create_topic(tp.topic, tp.create.partitions, create_configs(src_cfg))
+        warnings: tuple[str, ...] = ()
+        if tp.create is not None:
+            src_cfg, w = pool.get(_ref(req, tp.create.source)).topic_configs(tp.topic)
+            local.create_topic(tp.topic, tp.create.partitions, create_configs(src_cfg))
+            warnings = tuple(w)
+        elif tp.grow is not None:
+            local.grow_topic(tp.topic, tp.grow.partitions)
+            grew = (f"topic {tp.topic} on {local.name} grew from {tp.grow.current} to "
+                    f"{tp.grow.partitions} partitions")  # fmt: skip
+            warnings = (grew,)
         again = plan_topics(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
-        out.append(dataclasses.replace(again, warnings=tuple(warnings) + again.warnings))
+        out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
     return out
 
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from partsync.copy.context import ProgressFn
-from partsync.errors import PartsyncError
+from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
 from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status
 from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
+from partsync.run.topic_watch import TopicChanges, TopicWatch
 
 __all__ = ["PartitionRunner", "RunObserver", "RunOptions"]
 
@@ -50,6 +51,9 @@ class RunOptions:
     follow_wait_ms: int = 500
     # Copy rounds running at once; the others wait their turn (idle followers hold no slot).
     parallelism: int = 8
+    # Follow mode: how often the sources' topics are checked for new partitions and for being
+    # deleted and created again.
+    topic_check_s: float = 30.0
 
     @property
     def rebalance_ms(self) -> int:
@@ -127,8 +131,12 @@ class PartitionRunner:
         stop: threading.Event | None = None,
         progress: ProgressFn | None = None,
         observer: RunObserver | None = None,
+        watch: TopicWatch | None = None,
     ) -> None:
         self.pool = pool
+        # Follow mode: the sources' topics checked for new partitions and for being recreated.
+        self.watch = watch if opts.follow else None
+        self._watch_now = threading.Event()
         self.opts = opts
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -155,7 +163,10 @@ class PartitionRunner:
             for tp in parts:
                 task = self.tasks.get(tp)
                 if task is None:
-                    continue  # a topic this process refused or does not know; not written
+                    # A topic this process refused, or a partition it has not seen yet (the
+                    # topic grew): not written; the watch looks for new partitions at once.
+                    self._watch_now.set()
+                    continue
                 w = self.workers.get(tp)
                 if w is not None and not w.finished.is_set():
                     continue
@@ -174,6 +185,54 @@ class PartitionRunner:
                 w.thread.join()
         if self.observer:
             self.observer.set_owned([])
+
+    # -- topic changes (follow mode) ------------------------------------------------------
+
+    def _watch_topics(self) -> None:
+        watch = self.watch
+        assert watch is not None
+        while not self.stop.is_set():
+            self._watch_now.wait(watch.interval_s)
+            self._watch_now.clear()
+            if self.stop.is_set():
+                return
+            try:
+                self._apply(watch.check(self.pool))
+            except PartsyncError as e:
+                log.warning("checking the sources' topics: %s", e)
+            except Exception:  # pragma: no cover - a bug; the copy itself goes on
+                log.exception("topic watch crashed")
+                return
+
+    def _apply(self, change: TopicChanges) -> None:
+        for topic, reason in change.refused.items():
+            log.error("%s", reason)
+            with self._lock:
+                keys = [k for k in self.tasks if k[0] == topic]
+                tasks = {k: self.tasks.pop(k) for k in keys}
+                workers = [self.workers[k] for k in keys if k in self.workers]
+            for w in workers:
+                w.stop.set()
+            for w in workers:
+                w.thread.join()
+            for (t, p), task in tasks.items():
+                prev = self.results.get((t, p))
+                end = prev.local_end_after if prev else task.plan.local.end
+                self.record(PartitionResult(t, p, Status.UNSAFE, end, end, task.plan.target_end,
+                                            reason=reason, error=UnsafeError(
+                                                reason, topic=t, partition=p, offset=end)))  # fmt: skip
+        if not change.tasks:
+            return
+        with self._lock:
+            for task in change.tasks:
+                self.tasks[task.key] = task
+        member = self.member
+        if member is not None:
+            member.resubscribe(change.grown)
+        else:
+            self.assigned(sorted(t.key for t in change.tasks), 0)
+            if self.observer:
+                self.observer.set_owned(sorted(self.tasks))
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -218,6 +277,9 @@ class PartitionRunner:
             else:
                 self.assigned(sorted(self.tasks), 0)
             member = self.member
+            if self.watch is not None:
+                threading.Thread(target=self._watch_topics, name="topic-watch",
+                                 daemon=True).start()  # fmt: skip
             while not self.stop.is_set():
                 self.wake.clear()
                 if member is not None and not member.alive:
@@ -230,6 +292,7 @@ class PartitionRunner:
             if self.member is not None:
                 self.member.stop(timeout=opts.rebalance_ms / 1000 + 30)
                 fatal = fatal or self.member.error
+            self._watch_now.set()
             self.revoke([], wait=True)
             for t in self.tails.values():
                 t.close()

@@ -9,30 +9,35 @@ the exit status. Routing, naming and exit-code policy live here, not in the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
 from partsync.errors import ExitStatus, PartsyncError, StoppedError
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Condition
 from partsync.plan.results import PartitionResult, Status, SyncReport, TopicResult
+from partsync.run.offsets import OffsetsFollower
 from partsync.run.planner import (
     SyncRequest,
     TopicPlan,
-    create_missing_topics,
+    apply_topic_changes,
     plan_topics,
     uncopied_result,
     whole_topic_results,
 )
 from partsync.run.runner import PartitionRunner, RunObserver, RunOptions
 from partsync.run.task import PartitionTask
+from partsync.run.topic_watch import TopicWatch
 
 __all__ = [
     "Engine",
+    "GroupsToSync",
     "JobOutcome",
     "default_group",
     "plan_exit_status",
@@ -40,6 +45,16 @@ __all__ = [
     "run_sync",
     "tasks_for",
 ]
+
+
+@dataclass(frozen=True)
+class GroupsToSync:
+    """Follow mode's ``--sync-groups``: consumer groups whose committed offsets are copied from
+    ``source`` to the local cluster every ``interval_s`` seconds."""
+
+    groups: tuple[str, ...]
+    source: ClusterRef
+    interval_s: float = 5.0
 
 
 class Engine:
@@ -112,6 +127,11 @@ def _report(
             if r.status is Status.STOPPED and why:
                 r = r.with_copy(reason=f"{_STOP_CAUSES.get(why, why)}: {r.reason}")
             parts.append(r)
+        # Partitions a follower added when the topic grew under it.
+        planned = {plan.partition for plan in tp.partitions}
+        parts.extend(
+            r for (t, p), r in sorted(results.items()) if t == tp.topic and p not in planned
+        )
         topics.append(TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable))
     order = {t: i for i, t in enumerate(req.topics)}
     topics.sort(key=lambda t: order.get(t.topic, 0))
@@ -134,7 +154,7 @@ def run_sync(
     re-planning from fresh bounds, since the local log end is the checkpoint."""
     started = time.monotonic()
     if plans is None:
-        plans = create_missing_topics(req, pool, plan_topics(req, pool))
+        plans = apply_topic_changes(req, pool, plan_topics(req, pool))
     tasks = tasks_for(req, plans, retries)
     results = (
         {(r.topic, r.partition): r for r in engine.run(tasks, pool, on_result)} if tasks else {}
@@ -185,6 +205,7 @@ def run_job(
     progress: ProgressFn | None = None,
     observer: RunObserver | None = None,
     stopped_reason: Callable[[], str | None] | None = None,
+    sync_groups: GroupsToSync | None = None,
 ) -> JobOutcome:
     """Run a sync job from its plans (topic creations already applied).
 
@@ -198,6 +219,8 @@ def run_job(
     tasks = tasks_for(req, plans, retries)
     group = None
     fatal = None
+    offsets = None
+    offsets_done = threading.Event()
     if engine is None:
         if use_group and (opts.follow or tasks):
             group = opts.group or default_group(req.topics)
@@ -208,21 +231,33 @@ def run_job(
             opts.rebalance_timeout_ms,
             opts.follow_wait_ms,
             opts.parallelism,
+            opts.topic_check_s,
         )
         if group or opts.follow:
             # Members own partitions, not copies: every partition of the job's topics (one in
             # sync now is checked again when owned, and followed as the sources grow).
             tasks = tasks_for(req, plans, retries, behind_only=False)
+        watch = TopicWatch(req, plans, retries, opts.topic_check_s) if opts.follow else None
         runner = PartitionRunner(tasks, pool, run_opts, stop=stop, progress=progress,
-                                 observer=observer)  # fmt: skip
+                                 observer=observer, watch=watch)  # fmt: skip
+        if opts.follow and sync_groups is not None:
+            offsets = OffsetsFollower(pool.get(sync_groups.source), pool.get(req.local),
+                                      sync_groups.groups, req.topics, sync_groups.interval_s,
+                                      offsets_done)  # fmt: skip
+            offsets.start()
         fatal = runner.run()
         results = runner.results
+        if offsets is not None:
+            offsets_done.set()
+            offsets.join()
     else:
         results = {(r.topic, r.partition): r for r in engine.run(tasks, pool)} if tasks else {}
     stopped = stop.is_set()
     why = stopped_reason() if stopped_reason and stopped else None
     report = _report(req, plans, results, group=group, stopped=stopped,
                      seconds=time.monotonic() - started, why=why)  # fmt: skip
+    if offsets is not None:
+        report = dataclasses.replace(report, group_offsets=tuple(offsets.to_dict()))
     code = _follow_exit_status(report) if opts.follow else report.exit_status
     if fatal is not None:
         code = ExitStatus.FAILURE

@@ -176,6 +176,14 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "identity-preserving configs (compression.type=producer, CreateTime, "
             "cleanup.policy and max.message.bytes of the source).",
         ),
+        click.option(
+            "--add-partitions/--no-add-partitions",
+            default=True,
+            show_default=True,
+            help="When the sources have more partitions than the local topic, grow it to their "
+            "count (CreatePartitions) before copying the new ones; with --no-add-partitions the "
+            "topic is refused instead (exit 3).",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
     ]
     for opt in reversed(options):
@@ -193,6 +201,7 @@ def build_request(
     create_missing: bool,
     options: CopyOptions | None = None,
     on_retention_gap: str = "refuse",
+    add_partitions: bool = True,
 ) -> Any:
     from partsync.run.planner import SyncRequest
 
@@ -212,6 +221,7 @@ def build_request(
         local=loc,
         partitions=parse_partitions(partitions),
         create_missing=create_missing,
+        add_partitions=add_partitions,
         policy=PlanPolicy(chunk_offsets=chunk_offsets, retention_gap=on_retention_gap),
         options=options or CopyOptions(),
     )

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from partsync.config import check_files
 from partsync.copy.options import CopyOptions
 from partsync.errors import ExitStatus, UsageError
 from partsync.ui.cli_common import (
@@ -41,6 +42,7 @@ def plan(
     chunk_offsets: int,
     on_retention_gap: str,
     create_missing: bool,
+    add_partitions: bool,
     as_json: bool,
 ) -> None:
     """Show what `sync` would copy, per partition. Writes nothing.
@@ -55,7 +57,8 @@ def plan(
     from partsync.ui.render import plan_notes, plan_table
 
     req = build_request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing,
-                        on_retention_gap=on_retention_gap)  # fmt: skip
+                        on_retention_gap=on_retention_gap,
+                        add_partitions=add_partitions)  # fmt: skip
     with ClusterPool() as pool:
         plans = plan_topics(req, pool)
     if as_json:
@@ -169,6 +172,39 @@ def plan(
     help="Follow mode: longest a fetch waits at the brokers for new data.",
 )
 @click.option(
+    "--sync-groups",
+    default=None,
+    metavar="G1,G2",
+    help="Follow mode: keep copying these consumer groups' committed offsets for the job's "
+    "topics to the local cluster (as `partsync offsets` does), so a failover finds them "
+    "current. A group with live members on the local cluster is left alone.",
+)
+@click.option(
+    "--groups-from",
+    default=None,
+    metavar="CLUSTER",
+    help="The cluster --sync-groups copies commits from; default: the first of --sources.",
+)
+@click.option(
+    "--sync-groups-interval",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often --sync-groups copies the commits.",
+)
+@click.option(
+    "--topic-check-interval",
+    "topic_check",
+    type=click.FloatRange(min=0.5),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Follow mode: how often the sources' topics are checked for new partitions (the "
+    "local topic grows and they are copied) and for being deleted and created again (the "
+    "topic is refused).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
@@ -227,6 +263,7 @@ def sync(
     chunk_offsets: int,
     on_retention_gap: str,
     create_missing: bool,
+    add_partitions: bool,
     as_json: bool,
     max_in_flight_bytes: int,
     connections_per_broker: int,
@@ -242,6 +279,10 @@ def sync(
     no_group: bool,
     session_timeout: float,
     follow_wait_ms: int,
+    sync_groups: str | None,
+    groups_from: str | None,
+    sync_groups_interval: float,
+    topic_check: float,
     metrics_port: int | None,
     metrics_host: str,
     replication_wait: float,
@@ -263,7 +304,7 @@ def sync(
     offset. A run with nothing to copy does not join the group.
     """
     from partsync.io.pool import ClusterPool
-    from partsync.run.planner import create_missing_topics, plan_topics
+    from partsync.run.planner import apply_topic_changes, plan_topics
     from partsync.run.runner import RunOptions
     from partsync.run.sync import default_group, run_job
     from partsync.ui.render import CopyProgress, report_notes, report_table, summary_line
@@ -279,6 +320,10 @@ def sync(
         raise UsageError("--metrics-file is for one-shot runs; follow mode serves --metrics-port")
     if metrics_port is not None and not follow:
         raise UsageError("--metrics-port is for --follow; one-shot runs write --metrics-file")
+    if (sync_groups or groups_from) and not follow:
+        raise UsageError(
+            "--sync-groups is for --follow; a one-shot run copies commits with `partsync offsets`"
+        )
     if group is not None and no_group:
         raise UsageError("--group and --no-group contradict each other")
     if metrics_file:
@@ -294,13 +339,26 @@ def sync(
     )
     req = build_request(
         ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts,
-        on_retention_gap,
+        on_retention_gap, add_partitions,
     )  # fmt: skip
+    to_sync = None
+    if sync_groups:
+        from partsync.run.sync import GroupsToSync
+
+        names = tuple(dict.fromkeys(g.strip() for g in sync_groups.split(",") if g.strip()))
+        if not names:
+            raise UsageError("--sync-groups: no group named")
+        src = ctx.config.resolve(groups_from) if groups_from else req.sources[0]
+        if src.bootstrap == req.local.bootstrap:
+            raise UsageError(f"--groups-from {src.name} is the local cluster")
+        check_files(src)
+        to_sync = GroupsToSync(names, src, sync_groups_interval)
     run_opts = RunOptions(
         follow=follow,
         group=group,
         session_timeout_ms=int(session_timeout * 1000),
         follow_wait_ms=follow_wait_ms,
+        topic_check_s=topic_check,
         parallelism=parallelism,
     )
     stop = threading.Event()
@@ -308,7 +366,7 @@ def sync(
     _install_stop_handler(stop, why)
     timer = _deadline_timer(deadline, stop, why)
     with ClusterPool() as pool:
-        plans = create_missing_topics(req, pool, plan_topics(req, pool))
+        plans = apply_topic_changes(req, pool, plan_topics(req, pool))
         total = sum(
             p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind"
         )
@@ -353,6 +411,7 @@ def sync(
                     progress=progress,
                     observer=live,
                     stopped_reason=lambda: why[0] if why else None,
+                    sync_groups=to_sync,
                 )
         finally:
             if timer is not None:

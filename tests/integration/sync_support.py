@@ -19,7 +19,7 @@ from typing import Any
 from partsync._kafka import Connection, ProducedPartition
 from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker
-from partsync.demo.data import Rec, consume_all, make_records
+from partsync.demo.data import Rec, consume_all, create_topic, make_records, wait_for_leaders
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import Bounds
 from partsync.wire.batch import CRC_OFFSET, Batch, compute_crc, iter_batches, rewrite_for_append
@@ -125,6 +125,48 @@ def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> N
             f.result(10)
     finally:
         del admin
+
+
+def add_partitions(bootstrap: str, topic: str, count: int) -> None:
+    """Grow ``topic`` to ``count`` partitions (CreatePartitions) and wait until each has an
+    answering leader."""
+    from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    try:
+        admin.create_partitions([NewPartitions(topic, count)])[topic].result(15)
+    finally:
+        del admin
+    deadline = time.monotonic() + 15
+    while topic_partitions(bootstrap, topic) != count:
+        assert time.monotonic() < deadline, f"{topic} did not grow to {count} partitions"
+        time.sleep(0.1)
+    error = wait_for_leaders(bootstrap, topic, count, 15)
+    assert error is None, error
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again empty (Kafka deletes asynchronously: wait until
+    it is gone, and retry a creation that meets the old one still being deleted)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    try:
+        admin.delete_topics([topic], operation_timeout=15)[topic].result(15)
+    finally:
+        del admin
+    deadline = time.monotonic() + 30
+    while True:
+        if topic_partitions(bootstrap, topic) is None:
+            try:
+                create_topic(bootstrap, topic, partitions)
+                return
+            except (RuntimeError, KafkaException) as e:
+                if "already exists" not in str(e).lower() and "marked for deletion" not in str(e):
+                    raise
+        assert time.monotonic() < deadline, f"{topic} could not be created again"
+        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,7 +339,9 @@ def check_plan(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
     assert isinstance(doc, dict) and set(doc) == {"topics"}, doc
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for t in doc["topics"]:
-        assert set(t) == {"topic", "refused", "error", "warnings", "unreachable", "partitions"}, t
+        assert set(t) == {"topic", "refused", "error", "warnings", "unreachable", "grow",
+                          "partitions"}, t  # fmt: skip
+        assert t["grow"] is None or set(t["grow"]) == {"from", "to"}, t
         for p in t["partitions"]:
             assert set(p) == {
                 "topic", "partition", "condition", "local", "sources", "target_end",

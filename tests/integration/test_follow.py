@@ -40,7 +40,16 @@ from partsync.plan.comparator import plan_partition
 from partsync.plan.results import Status
 from tests.conftest import CliResult, is_real_kafka, kind_of
 from tests.integration.kafka_proxy import StrictProxy
-from tests.integration.sync_support import _ref, by_partition, check_report, ends, write_config
+from tests.integration.sync_support import (
+    _ref,
+    add_partitions,
+    by_partition,
+    check_report,
+    ends,
+    recreate_topic,
+    topic_partitions,
+    write_config,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -78,8 +87,8 @@ def _kafka_rules_hold_for_the_group(request: pytest.FixtureRequest) -> Iterator[
         request.getfixturevalue("group_proxy").assert_clean(require_produce=False)
 
 
-def _fill(broker: Broker, topic: str, n: int, seed: int) -> None:
-    for p in range(PARTITIONS):
+def _fill(broker: Broker, topic: str, n: int, seed: int, partitions: int = PARTITIONS) -> None:
+    for p in range(partitions):
         produce(
             broker.bootstrap,
             topic,
@@ -93,14 +102,14 @@ def _fill(broker: Broker, topic: str, n: int, seed: int) -> None:
 
 
 class Follower:
-    def __init__(self, config: Path, topic: str, group: str, log: Path) -> None:
+    def __init__(self, config: Path, topic: str, group: str, log: Path, *extra: str) -> None:
         self.port = free_port()
         self.log = log
         argv = [
             sys.executable, "-m", "partsync", "--config", str(config), "-v", "sync",
             "--topic", topic, "--sources", "a", "--follow", "--group", group,
             "--session-timeout", SESSION_S, "--follow-wait-ms", "200",
-            "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1",
+            "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1", *extra,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         self._err = log.open("w")
@@ -172,11 +181,11 @@ def _wait(
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{diag()}")
 
 
-def _split(fs: list[Follower]) -> bool:
+def _split(fs: list[Follower], partitions: int = PARTITIONS) -> bool:
     """Every partition owned by exactly one of ``fs``, each of which owns some."""
     owned = [f.owned() for f in fs]
     flat = [p for o in owned for p in o]
-    return all(owned) and sorted(flat) == list(range(PARTITIONS))
+    return all(owned) and sorted(flat) == list(range(partitions))
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -287,6 +296,74 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
         code = f.stop(signal.SIGTERM)
         assert code == 0, f.stderr()[-3000:]
         assert "Traceback" not in f.stderr()
+
+
+def test_followers_grow_the_local_topic_when_the_source_gains_partitions(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """The source topic grows from 2 to 4 partitions under two followers: the local topic grows
+    too, the group hands the new partitions out, and they are copied without a restart."""
+    if "tansu" in (source_a.kind, group_local.kind):
+        pytest.skip("Tansu has no CreatePartitions")
+    create_topic(source_a.bootstrap, topic, 2)
+    create_topic(group_local.bootstrap, topic, 2)
+    _fill(source_a, topic, 100, seed=5, partitions=2)
+    for i in range(2):
+        followers.append(Follower(config, topic, f"g-{topic}", tmp_path / f"follower{i}.log",
+                                  "--topic-check-interval", "1"))  # fmt: skip
+
+    def diag() -> str:
+        return "\n".join(f"--- follower {i} owns {f.owned()}:\n{f.stderr()[-3000:]}"
+                         for i, f in enumerate(followers))  # fmt: skip
+
+    _wait("2 followers to split 2 partitions", lambda: _split(followers, 2), 90, diag)
+    add_partitions(source_a.bootstrap, topic, 4)
+    _fill(source_a, topic, 150, seed=6, partitions=4)
+    src_ends = ends(source_a, topic, 4)
+    _wait("the local topic to grow and the new partitions to be copied",
+          lambda: topic_partitions(group_local.bootstrap, topic) == 4
+          and ends(group_local, topic, 4) == src_ends, 90, diag)  # fmt: skip
+    _wait("2 followers to split 4 partitions", lambda: _split(followers, 4), 60, diag)
+    assert assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 4) == (
+        2 * 250 + 2 * 150
+    )
+    for f in followers:
+        assert f.stop(signal.SIGTERM) == 0, f.stderr()[-3000:]
+
+
+def test_a_follower_refuses_a_source_topic_deleted_and_created_again(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """The source topic is deleted and created again under a follower: its new topic id is
+    noticed, nothing of the new topic is appended to the old copy, and the follower reports
+    the topic unsafe (exit 3) when stopped."""
+    create_topic(source_a.bootstrap, topic, 1)
+    create_topic(group_local.bootstrap, topic, 1)
+    _fill(source_a, topic, 100, seed=7, partitions=1)
+    f = Follower(config, topic, f"g-{topic}", tmp_path / "follower.log",
+                 "--topic-check-interval", "1")  # fmt: skip
+    followers.append(f)
+    _wait("the follower to catch up", lambda: ends(group_local, topic, 1) == {0: 100}, 90,
+          lambda: f.stderr()[-3000:])  # fmt: skip
+    recreate_topic(source_a.bootstrap, topic, 1)
+    _fill(source_a, topic, 300, seed=8, partitions=1)
+
+    _wait("the follower to notice the new topic id",
+          lambda: "was deleted and created again (topic id" in f.stderr(), 60,
+          lambda: f.stderr()[-3000:])  # fmt: skip
+
+    assert ends(group_local, topic, 1) == {0: 100}  # the old copy, untouched
+    assert f.stop(signal.SIGTERM) == 3, f.stderr()[-3000:]
 
 
 def test_overlapping_one_shot_runs_split_the_work(

@@ -4,9 +4,15 @@ on the local cluster at exactly the next record, checked with an independent cli
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +147,54 @@ def test_a_group_with_live_members_on_the_local_cluster_is_refused(
     assert r.code == 3, r.stdout + r.stderr
     [g] = r.json["groups"]
     assert g["status"] == "refused" and "live member" in g["reason"], g
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        c.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def test_a_follower_keeps_a_groups_commits_current_on_the_local_cluster(
+    clusters: Clusters, mirrored: str, tmp_path: Path
+) -> None:
+    """``sync --follow --sync-groups G``: commits made on the source while the follower runs
+    reach the local cluster within seconds, and a consumer failing over resumes exactly there."""
+    topic, group = mirrored, f"{mirrored}-app"
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    out = (tmp_path / "follow.json").open("w")
+    log = (tmp_path / "follow.log").open("w")
+    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
+            "--topic", topic, "--sources", "a", "--follow", "--no-group", "--json",
+            "--follow-wait-ms", "200", "--sync-groups", group,
+            "--sync-groups-interval", "0.5"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+    proc = subprocess.Popen(argv, stdout=out, stderr=log, env=env)
+    try:
+        for committed in ({0: 50, 1: 0, 2: 150}, {0: 60, 1: 210, 2: 190}):
+            produce(a, topic, records(10, seed=7), partition=1)
+            _commit(a, group, topic, committed)
+            deadline = time.monotonic() + 60
+            while _committed(local, group, topic, 3) != committed:
+                assert proc.poll() is None, (tmp_path / "follow.log").read_text()
+                assert time.monotonic() < deadline, (tmp_path / "follow.log").read_text()
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, (tmp_path / "follow.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+        log.close()
+    doc = json.loads((tmp_path / "follow.json").read_text())
+    [g] = doc["group_offsets"]
+    assert g["group"] == group and g["status"] == "copied" and g["copied_at"] > 0, g
+    first = _first_records(local, group, topic, 3)
+    for p, o in committed.items():
+        assert first[p] == _record_at(a, topic, p, o)

@@ -61,6 +61,16 @@ def test_golden_encodings_round_trip() -> None:
     assert decode_assignment(b"") == []
 
 
+def test_a_subscription_names_the_partition_counts_a_member_grew_its_topics_to() -> None:
+    """A member that grew a topic rejoins with a different subscription, which is what makes
+    the coordinator rebalance (unchanged metadata gets the old assignment back)."""
+    sub = Subscription(("orders",), "host:42", (("orders", 8),))
+    data = encode_subscription(sub)
+    assert data == b'{"v":1,"topics":["orders"],"client":"host:42","partitions":{"orders":8}}'
+    assert data != encode_subscription(Subscription(("orders",), "host:42"))
+    assert decode_subscription(data) == sub
+
+
 @pytest.mark.parametrize("junk", [b"\x00\x01", b"{}", b'{"v":1,"partitions":[1]}'])
 def test_foreign_bytes_are_refused_clearly(junk: bytes) -> None:
     with pytest.raises(ValueError, match="not a partsync group"):
