@@ -116,6 +116,12 @@ def append_in_order(
                     e.cluster = e.cluster or source
                     raise
                 sender.send(b, source)
+                if ctx.plan.bootstrap and b.base_offset < ctx.plan.copy_start <= b.last_offset:
+                    # The first copied batch begins below the sources' log start: once it is
+                    # in, the local log starts exactly where theirs does (before anything else
+                    # is appended, so a kill leaves no window for consumers to read below it).
+                    sender.wait_confirmed()
+                    ctx.local.delete_records(ctx.topic, ctx.partition, ctx.plan.copy_start)
                 expected = b.next_offset
                 last, last_source = b, source
     except Stop:

@@ -11,7 +11,11 @@ from partsync.plan.comparator import RECREATED_HINT, Bounds
 from partsync.wire.batch import Batch
 from partsync.wire.filler import is_filler
 
-__all__ = ["check_local_boundary", "check_sources_agree", "local_for_plan"]
+__all__ = ["check_local_boundary", "check_sources_agree", "local_for_plan", "trim_bootstrap_head"]
+
+# How far below the sources' log start the local log may start for its first batch to be worth
+# a look (one fetch): a mirror's first batch holds far fewer records.
+_FIRST_BATCH_SPAN = 1_000_000
 
 
 def _batch_on(ctx: CopyContext, name: str, offset: int) -> Batch:
@@ -106,3 +110,25 @@ def local_for_plan(
     conn = local.broker_conn(local.leader(topic, partition))
     last = batch_at(conn, local.name, topic, partition, bounds.end - 1)
     return Bounds(bounds.end, bounds.end) if is_filler(last) else bounds
+
+
+def trim_bootstrap_head(ctx: CopyContext) -> None:
+    """Finish a mirror start killed between its first copied batch and moving the local log
+    start into it: when the local log's first batch begins below the sources' log start and
+    contains it, the local log start moves there (DeleteRecords), as the start would have."""
+    plan = ctx.plan
+    local = plan.local
+    held = [b.log_start for b in plan.sources.values() if b.end > b.log_start]
+    if plan.bootstrap or not held or local.end == local.log_start:
+        return
+    start = min(held)
+    if not local.log_start < start <= local.end or start - local.log_start > _FIRST_BATCH_SPAN:
+        return
+    first = _batch_on(ctx, ctx.local.name, local.log_start)
+    if first.base_offset != local.log_start or start > first.last_offset:
+        return
+    ctx.local.delete_records(ctx.topic, ctx.partition, start)
+    ctx.notes.append(
+        f"the local log start moved from {local.log_start} to {start}, the sources' log start "
+        "inside the first copied batch (a mirror start that was stopped before it could)"
+    )

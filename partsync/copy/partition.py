@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 
 from partsync.copy.appender import append_in_order
-from partsync.copy.boundary import check_local_boundary
+from partsync.copy.boundary import check_local_boundary, trim_bootstrap_head
 from partsync.copy.context import CopyContext, ProgressFn
 from partsync.copy.fetcher import ChunkStream, start_fetchers
 from partsync.copy.options import CopyOptions
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession | None:
     last = check_local_boundary(ctx)
+    trim_bootstrap_head(ctx)
     streams = [ChunkStream(c, i) for i, c in enumerate(ctx.plan.chunks)]
     fetchers = start_fetchers(ctx, streams)
     try:
@@ -43,10 +44,6 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
         if producer is None or not producer.usable:
             producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
         append_in_order(ctx, streams, last, producer)
-        if ctx.plan.bootstrap and ctx.error is None and ctx.confirmed_end > ctx.plan.copy_start:
-            # The first copied batch may begin below the sources' log start: the local log
-            # starts exactly where theirs does.
-            ctx.local.delete_records(ctx.topic, ctx.partition, ctx.plan.copy_start)
     finally:
         ctx.budget.close()
         ctx.close_all()

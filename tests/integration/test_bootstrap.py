@@ -124,6 +124,65 @@ def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, to
     assert_partitions_identical(b.bootstrap, local, topic, 1)
 
 
+def test_a_start_killed_while_copying_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
+    """SIGKILL while the records after the fill are being copied (the copy throttled so the kill
+    lands in it): the local log already starts exactly at the source's log start, inside the
+    first copied batch, and the next run finishes an identical copy."""
+    b, local = clusters["b"], clusters.bootstrap("local")
+    start = _source_with_log_start(clusters, topic, 3000, mid_batch=True)
+    create_topic(local, topic, 2)
+    end = bounds(b, topic, 2)[0].end
+    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
+            "--topic", topic, "--sources", "b", "--no-group", "--partitions", "0",
+            "--max-bytes-per-sec", "40000"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while bounds(clusters["local"], topic, 1)[0].end < start + 200:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    killed = bounds(clusters["local"], topic, 1)[0]
+    assert start < killed.end < end, killed  # killed while copying
+    served = fetch_batches(b, topic, 0, start)[0].base_offset
+    assert killed.log_start == max(start, served), (killed, start, served)
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    got = bounds(clusters["local"], topic, 2)
+    assert [g.log_start for g in got.values()] == [max(start, served)] * 2, got
+    assert_partitions_identical(b.bootstrap, local, topic, 2)
+
+
+def test_the_local_log_start_follows_the_sources_into_the_first_batch(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """A mirror start stopped between its first copied batch and moving the local log start
+    into it, as the source's log start moved inside the local log's first batch after a sync:
+    the next run moves the local log start there."""
+    b, local = clusters["b"], clusters.bootstrap("local")
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords")
+    create_topic(b.bootstrap, topic, 1)
+    create_topic(local, topic, 1)
+    produce(b.bootstrap, topic, records(100, seed=1), partition=0, batch_size=2048)
+    assert psync("sync", "--topic", topic, "--sources", "b").code == 0
+    first = fetch_batches(b, topic, 0)[0]
+    start = first.base_offset + first.record_count // 2
+    delete_records(b.bootstrap, topic, 0, start)
+    produce(b.bootstrap, topic, records(10, seed=2), partition=0)
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert any(f"log start moved from 0 to {start}" in n for n in e["notes"]), e
+    assert bounds(clusters["local"], topic, 1)[0].log_start == start
+    assert_partitions_identical(b.bootstrap, local, topic, 1)
+
+
 def test_a_local_cluster_without_delete_records_is_refused_before_writing(
     clusters: Clusters,
     cli: Run,
