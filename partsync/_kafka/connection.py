@@ -265,7 +265,10 @@ class BrokerConnection:
         return len(self._pending)
 
     def _read_exact(self, n: int) -> bytes:
-        data: bytes | None = self._rfile.read(n)
+        try:
+            data: bytes | None = self._rfile.read(n)
+        except ValueError:  # closed by another thread (a stop interrupting a blocking call)
+            raise ConnectionResetError("connection closed") from None
         if data is None or len(data) != n:
             raise ConnectionResetError("connection closed by broker")
         return data

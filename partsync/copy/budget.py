@@ -1,30 +1,39 @@
-"""The in-flight byte budget of one partition copy: fetched bytes not yet confirmed appended."""
+"""In-flight byte budgets: fetched bytes not yet confirmed appended.
+
+Each partition copy has its own ``Budget`` (``--max-in-flight-bytes``), and every copy in the
+process also draws on one ``SharedBudget`` (``--memory-budget``), so the process's buffered
+bytes stay bounded however many partitions run at once.
+"""
 
 from __future__ import annotations
 
 import threading
 
-__all__ = ["Budget"]
+__all__ = ["Budget", "SharedBudget", "shared_budget"]
 
 
-class Budget:
-    """Shared by a copy's fetchers. The chunk being appended may always proceed, so a full
-    budget held by later chunks can never block the head (no deadlock)."""
+class SharedBudget:
+    """The process-wide budget all copies draw on.
 
-    def __init__(self, limit: int) -> None:
+    Deadlock freedom: a copy's bytes are released as its head chunk is appended, which needs no
+    budget; bytes for later chunks (prefetch) may only use the budget up to ``limit - reserve``,
+    so prefetches can never take the room the head chunks need to move. A head fetch larger
+    than the whole budget is let through when nothing else is held (it could never fit)."""
+
+    def __init__(self, limit: int, reserve: int) -> None:
         self.limit = limit
+        self.reserve = min(reserve, limit // 2)
         self.used = 0
         self.peak = 0
         self._cv = threading.Condition()
-        self.head = 0  # index of the chunk being appended
-        self.closed = False
 
-    def acquire(self, n: int, chunk_index: int) -> bool:
-        """Reserve ``n`` bytes for a fetch of chunk ``chunk_index``; False once closed."""
+    def acquire(self, n: int, head: bool, closed: threading.Event) -> bool:
+        """Reserve ``n`` bytes (for a head chunk or a prefetch); False once ``closed`` is set."""
+        cap = self.limit if head else self.limit - self.reserve
         with self._cv:
-            while not self.closed and chunk_index != self.head and self.used + n > self.limit:
+            while not closed.is_set() and self.used + n > cap and self.used > 0:
                 self._cv.wait(0.5)
-            if self.closed:
+            if closed.is_set():
                 return False
             self.used += n
             self.peak = max(self.peak, self.used)
@@ -36,12 +45,81 @@ class Budget:
                 self.used -= n
                 self._cv.notify_all()
 
+
+_shared: dict[tuple[int, int], SharedBudget] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_budget(limit: int, reserve: int) -> SharedBudget:
+    """The process's budget of ``limit`` bytes (one per limit: every copy with the same options
+    in this process, including a Spark executor's tasks, shares it)."""
+    with _shared_lock:
+        key = (limit, reserve)
+        if key not in _shared:
+            _shared[key] = SharedBudget(limit, reserve)
+        return _shared[key]
+
+
+class Budget:
+    """Shared by a copy's fetchers. The chunk being appended may always proceed, so a full
+    budget held by later chunks can never block the head (no deadlock). With a ``parent``,
+    every byte is also drawn from the process-wide budget."""
+
+    def __init__(self, limit: int, parent: SharedBudget | None = None) -> None:
+        self.limit = limit
+        self.parent = parent
+        self.used = 0
+        self.peak = 0
+        self._cv = threading.Condition()
+        self.head = 0  # index of the chunk being appended
+        self.closed = False
+        self._closed = threading.Event()
+
+    def acquire(self, n: int, chunk_index: int) -> bool:
+        """Reserve ``n`` bytes for a fetch of chunk ``chunk_index``; False once closed."""
+        with self._cv:
+            while not self.closed and chunk_index != self.head and self.used + n > self.limit:
+                self._cv.wait(0.5)
+            if self.closed:
+                return False
+            head = chunk_index == self.head
+        # Outside our lock: the appender must be able to advance and release meanwhile.
+        if self.parent is not None and not self.parent.acquire(n, head, self._closed):
+            return False
+        with self._cv:
+            if self.closed:  # closed meanwhile: close() did not count these bytes
+                if self.parent is not None:
+                    self.parent.release(n)
+                return False
+            self.used += n
+            self.peak = max(self.peak, self.used)
+        return True
+
+    def release(self, n: int) -> None:
+        if not n:
+            return
+        with self._cv:
+            if self.closed:
+                return  # close() gave everything back already
+            self.used -= n
+            self._cv.notify_all()
+        if self.parent is not None:
+            self.parent.release(n)
+
     def advance(self, head: int) -> None:
         with self._cv:
             self.head = head
             self._cv.notify_all()
 
     def close(self) -> None:
+        """Stop admitting; give back to the process budget whatever this copy still holds
+        (its batches are dropped or confirmed by now)."""
         with self._cv:
+            if self.closed:
+                return
             self.closed = True
+            self._closed.set()
+            held, self.used = self.used, 0
             self._cv.notify_all()
+        if self.parent is not None and held > 0:
+            self.parent.release(held)

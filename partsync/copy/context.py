@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from partsync._kafka import Connection
-from partsync.copy.budget import Budget
+from partsync.copy.budget import Budget, shared_budget
 from partsync.copy.options import CopyOptions
 from partsync.errors import PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
@@ -65,7 +65,9 @@ class CopyContext:
         self.rules = rules
         self.progress = progress
         self.external_stop = stop or threading.Event()
-        self.budget = Budget(opts.max_in_flight_bytes)
+        # Room for a few head fetches that prefetches may never take (see SharedBudget).
+        shared = shared_budget(opts.memory_budget, 4 * opts.fetch_bytes)
+        self.budget = Budget(opts.max_in_flight_bytes, shared)
         self.failed = threading.Event()
         # Set once an append failed or landed elsewhere: batches not yet sent are dropped.
         self.append_failed = threading.Event()

@@ -9,7 +9,9 @@ __all__ = ["CopyOptions"]
 
 @dataclass(frozen=True)
 class CopyOptions:
+    # Per partition copy, and for the whole process (every copy draws on both).
     max_in_flight_bytes: int = 64 << 20
+    memory_budget: int = 512 << 20
     fetch_max_bytes: int = 8 << 20
     connections_per_broker: int = 1
     produce_timeout_ms: int = 30_000
@@ -30,6 +32,8 @@ class CopyOptions:
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:
             raise ValueError("max_in_flight_bytes must be at least 64 KiB")
+        if self.memory_budget < 1 << 20:
+            raise ValueError("memory_budget must be at least 1 MiB")
         if self.connections_per_broker < 1:
             raise ValueError("connections_per_broker must be at least 1")
 

@@ -225,6 +225,8 @@ class GroupMember:
                 except GroupError:
                     raise
                 except ClusterError as e:
+                    if self._stopping.is_set():
+                        break  # stop() closed the connection to end a blocking JoinGroup
                     # The coordinator went away or moved: find it again. Owned partitions keep
                     # their lease until it runs out; the watchdog stops them then.
                     log.warning("group %s: %s; reconnecting", self.group, e)

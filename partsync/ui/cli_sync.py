@@ -172,6 +172,15 @@ def plan(
     help="Follow mode: longest a fetch waits at the brokers for new data.",
 )
 @click.option(
+    "--memory-budget",
+    type=click.IntRange(min=1 << 20),
+    default=CopyOptions().memory_budget,
+    show_default=True,
+    metavar="BYTES",
+    help="Memory bound for the whole process: fetched bytes not yet confirmed appended, over "
+    "all partitions copied at once (each also within --max-in-flight-bytes).",
+)
+@click.option(
     "--sync-groups",
     default=None,
     metavar="G1,G2",
@@ -279,6 +288,7 @@ def sync(
     no_group: bool,
     session_timeout: float,
     follow_wait_ms: int,
+    memory_budget: int,
     sync_groups: str | None,
     groups_from: str | None,
     sync_groups_interval: float,
@@ -330,6 +340,7 @@ def sync(
         _check_writable(metrics_file)
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
+        memory_budget=memory_budget,
         connections_per_broker=connections_per_broker,
         max_bytes_per_sec=max_bytes_per_sec,
         hw_wait_s=replication_wait,
