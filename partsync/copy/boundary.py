@@ -7,7 +7,7 @@ from partsync.copy.context import CopyContext
 from partsync.errors import DivergenceError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.reader import batch_at
-from partsync.plan.comparator import RECREATED_HINT, Bounds
+from partsync.plan.comparator import RECREATED_HINT, Bounds, earliest_held
 from partsync.wire.batch import Batch
 from partsync.wire.filler import is_filler
 
@@ -118,10 +118,9 @@ def trim_bootstrap_head(ctx: CopyContext) -> None:
     contains it, the local log start moves there (DeleteRecords), as the start would have."""
     plan = ctx.plan
     local = plan.local
-    held = [b.log_start for b in plan.sources.values() if b.end > b.log_start]
-    if plan.bootstrap or not held or local.end == local.log_start:
+    start = earliest_held(plan.sources)
+    if plan.bootstrap or start is None or local.end == local.log_start:
         return
-    start = min(held)
     if not local.log_start < start <= local.end or start - local.log_start > _FIRST_BATCH_SPAN:
         return
     first = _batch_on(ctx, ctx.local.name, local.log_start)

@@ -16,6 +16,7 @@ from partsync.plan.topic_rules import (
 from partsync.retry import Backoff
 
 if TYPE_CHECKING:
+    from partsync._kafka import Connection
     from partsync.io.cluster import Cluster
 
 __all__ = ["create_topic", "grow_topic", "topic_configs"]
@@ -68,9 +69,7 @@ def create_topic(
     cluster: Cluster, topic: str, partitions: int, configs: dict[str, str], replication: int = -1
 ) -> None:
     """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF."""
-    md = cluster.metadata()
-    node = next(iter(sorted(md.brokers)))
-    cluster.broker_conn(node).create_topic(topic, partitions, replication, configs)
+    _any_broker(cluster).create_topic(topic, partitions, replication, configs)
     _wait_ready(cluster, topic, partitions, "created topic")
 
 
@@ -78,9 +77,7 @@ def grow_topic(cluster: Cluster, topic: str, partitions: int) -> None:
     """Grow ``topic`` to ``partitions`` partitions (CreatePartitions: new partitions start
     empty at offset 0, which is where their sources' copies start too) and wait until they
     have leaders. A topic that already has that many (another process grew it) is fine."""
-    md = cluster.metadata()
-    node = next(iter(sorted(md.brokers)))
-    conn = cluster.broker_conn(node)
+    conn = _any_broker(cluster)
     if not conn.supports("CreatePartitions"):
         raise TopicError(
             f"the local cluster does not support CreatePartitions, needed to grow the topic to "
@@ -94,14 +91,22 @@ def grow_topic(cluster: Cluster, topic: str, partitions: int) -> None:
             f"growing the topic to {partitions} partitions failed: {error_name(code)}{detail}",
             cluster=cluster.name, topic=topic,
         )  # fmt: skip
-    info = cluster.topic(topic, refresh=True)
-    if code and (info is None or info.partitions < partitions):
-        raise TopicError(
-            f"growing the topic to {partitions} partitions was refused: "
-            f"{message or 'INVALID_PARTITIONS'}",
-            cluster=cluster.name, topic=topic,
-        )  # fmt: skip
+    if code:  # INVALID_PARTITIONS: fine only if the topic already has that many
+        info = cluster.topic(topic, refresh=True)
+        if info is None or info.partitions < partitions:
+            raise TopicError(
+                f"growing the topic to {partitions} partitions was refused: "
+                f"{message or 'INVALID_PARTITIONS'}",
+                cluster=cluster.name, topic=topic,
+            )  # fmt: skip
     _wait_ready(cluster, topic, partitions, "grown topic")
+
+
+def _any_broker(cluster: Cluster) -> Connection:
+    """A connection to one of the cluster's brokers (any broker forwards admin requests to the
+    controller in KRaft)."""
+    md = cluster.metadata()
+    return cluster.broker_conn(next(iter(sorted(md.brokers))))
 
 
 def _wait_ready(cluster: Cluster, topic: str, partitions: int, what: str) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "Condition",
     "PartitionPlan",
     "PlanPolicy",
+    "earliest_held",
     "plan_partition",
     "unknown_without",
 ]
@@ -155,6 +156,13 @@ class PartitionPlan:
         }
 
 
+def earliest_held(sources: Mapping[str, Bounds]) -> int | None:
+    """The earliest offset any source still holds (the lowest log start of the sources that
+    hold records), or None when none holds any."""
+    held = [b.log_start for b in sources.values() if b.end > b.log_start]
+    return min(held) if held else None
+
+
 def _unsafe(
     topic: str,
     partition: int,
@@ -199,11 +207,11 @@ def plan_partition(
     # An empty local partition below every source's log start (a mirror of a topic whose head
     # retention deleted): start at the earliest offset a source holds.
     bootstrap = False
-    held = [b.log_start for b in sources.values() if b.end > b.log_start]
-    if held and min(held) > start:
+    earliest = earliest_held(sources)
+    if earliest is not None and earliest > start:
         empty = local.log_start == local.end
         if (empty and policy.bootstrap) or (not empty and policy.retention_gap == "skip"):
-            start, bootstrap = min(held), True
+            start, bootstrap = earliest, True
 
     # Cut points: chunk grid plus every place where the set of sources able to serve changes.
     cuts = set(range(start, target_end, policy.chunk_offsets))

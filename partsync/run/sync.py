@@ -224,15 +224,7 @@ def run_job(
     if engine is None:
         if use_group and (opts.follow or tasks):
             group = opts.group or default_group(req.topics)
-        run_opts = RunOptions(
-            opts.follow,
-            group,
-            opts.session_timeout_ms,
-            opts.rebalance_timeout_ms,
-            opts.follow_wait_ms,
-            opts.parallelism,
-            opts.topic_check_s,
-        )
+        run_opts = dataclasses.replace(opts, group=group)
         if group or opts.follow:
             # Members own partitions, not copies: every partition of the job's topics (one in
             # sync now is checked again when owned, and followed as the sources grow).
