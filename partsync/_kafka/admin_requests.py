@@ -109,4 +109,17 @@ class AdminRequests:
                 out[c.name] = c.value
         return out
 
+    def describe_broker_configs(self, node_id: int, keys: list[str]) -> tuple[int, dict[str, str]]:
+        """(error code, values) of broker configs; an error (e.g. no DESCRIBE_CONFIGS on the
+        cluster) is returned, not raised: callers fall back to what they can assume."""
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(
+            resources=[R(resource_type=4, resource_name=str(node_id), configuration_keys=keys)],
+            include_synonyms=False,
+        )
+        r = self.call("DescribeConfigs", req).results[0]
+        if r.error_code:
+            return int(r.error_code), {}
+        return 0, {c.name: c.value for c in r.configs if c.value is not None}
+
     # -- group membership (local cluster) ---------------------------------------------------

@@ -58,9 +58,13 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
     INVALID_RECORD = 87
     PRODUCER_FENCED = 90
+    UNSUPPORTED_ASSIGNOR = 106
+    FENCED_MEMBER_EPOCH = 110
 
 
 # Answers that mean "ask again (maybe elsewhere) shortly".

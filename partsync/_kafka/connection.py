@@ -56,6 +56,12 @@ from kafka.protocol.sasl import (
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer, EncodeBufferPool
 
 from partsync._kafka.codes import error_name, raise_for_code
+from partsync._kafka.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from partsync.config import Security
 from partsync.errors import ClusterError
 
@@ -104,6 +110,9 @@ _PREFERRED = {
     "SyncGroup": (SyncGroupRequest, SyncGroupResponse, 1, 5),
     "Heartbeat": (HeartbeatRequest, HeartbeatResponse, 1, 4),
     "LeaveGroup": (LeaveGroupRequest, LeaveGroupResponse, 1, 5),
+    # KIP-848: no first-join delay, and a partition moves only after its owner released it.
+    "ConsumerGroupHeartbeat": (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 0),
+    "ConsumerGroupDescribe": (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     # Copying a consumer group's committed offsets (``partsync offsets``).
     "OffsetFetch": (OffsetFetchRequest, OffsetFetchResponse, 1, 7),
     "OffsetCommit": (OffsetCommitRequest, OffsetCommitResponse, 2, 8),

@@ -3,6 +3,7 @@ source's groups)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,16 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 
 from partsync._kafka.connection import GROUP_KEY
+from partsync._kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
-__all__ = ["BrokerInfo", "CommittedOffset", "GroupRequests", "JoinResult"]
+__all__ = [
+    "BrokerInfo",
+    "CommittedOffset",
+    "DescribedMember",
+    "GroupRequests",
+    "HeartbeatResult",
+    "JoinResult",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,30 @@ class JoinResult:
     protocol: str | None
     # (member id, metadata) of every member; only the leader gets them.
     members: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    """A ConsumerGroupHeartbeat answer. ``assignment`` is None when unchanged since the last
+    heartbeat, else every partition the member may use now, by topic id."""
+
+    error_code: int
+    error_message: str | None
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: dict[uuid.UUID, tuple[int, ...]] | None
+
+
+@dataclass(frozen=True)
+class DescribedMember:
+    """One member of a KIP-848 group: what it owns now and what the coordinator targets for it,
+    as (topic name, partition) pairs."""
+
+    member_id: str
+    member_epoch: int
+    assigned: frozenset[tuple[str, int]]
+    target: frozenset[tuple[str, int]]
 
 
 class GroupRequests:
@@ -108,6 +141,65 @@ class GroupRequests:
             resp.protocol_name or None,
             tuple((m.member_id, bytes(m.metadata)) for m in resp.members),
         )
+
+    def consumer_group_heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        member_epoch: int,
+        *,
+        rebalance_timeout_ms: int = -1,
+        topics: list[str] | None = None,
+        owned: dict[uuid.UUID, list[int]] | None = None,
+    ) -> HeartbeatResult:
+        """One KIP-848 heartbeat: epoch 0 joins, -1 leaves. ``topics`` and ``owned`` (the
+        partitions this member still writes) are sent when given, else left unchanged (null)."""
+        T = ConsumerGroupHeartbeatRequest.TopicPartitions
+        resp = self.call(
+            "ConsumerGroupHeartbeat",
+            ConsumerGroupHeartbeatRequest(
+                group_id=group,
+                member_id=member_id,
+                member_epoch=member_epoch,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                subscribed_topic_names=topics,
+                topic_partitions=None if owned is None else [
+                    T(topic_id=t, partitions=ps) for t, ps in sorted(owned.items())
+                ],
+            ),
+        )  # fmt: skip
+        assignment = None
+        if resp.assignment is not None:
+            assignment = {
+                tp.topic_id: tuple(sorted(tp.partitions)) for tp in resp.assignment.topic_partitions
+            }
+        return HeartbeatResult(
+            int(resp.error_code),
+            resp.error_message,
+            resp.member_id,
+            int(resp.member_epoch),
+            int(resp.heartbeat_interval_ms),
+            assignment,
+        )
+
+    def consumer_group_describe(self, group: str) -> tuple[int, dict[str, DescribedMember]]:
+        """(error code, members by id) of a KIP-848 group."""
+        resp = self.call(
+            "ConsumerGroupDescribe",
+            ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False),
+        )
+        g = resp.groups[0]
+
+        def pairs(a: Any) -> frozenset[tuple[str, int]]:
+            return frozenset((t.topic_name, p) for t in a.topic_partitions for p in t.partitions)
+
+        members = {
+            m.member_id: DescribedMember(
+                m.member_id, int(m.member_epoch), pairs(m.assignment), pairs(m.target_assignment)
+            )
+            for m in g.members
+        }
+        return int(g.error_code), members
 
     def sync_group(
         self,

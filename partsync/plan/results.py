@@ -106,6 +106,9 @@ class SyncReport:
     stopped: str | None = None
     # Follow mode's --sync-groups: each group's latest offset copy (JSON only when asked for).
     group_offsets: tuple[dict[str, Any], ...] | None = None
+    # The local group this run joined and the protocol it spoke ("consumer" or "classic").
+    group: str | None = None
+    group_protocol: str | None = None
 
     def all_partitions(self) -> list[PartitionResult]:
         return [p for t in self.topics for p in t.partitions]
@@ -133,4 +136,9 @@ class SyncReport:
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
             **({} if self.group_offsets is None else {"group_offsets": list(self.group_offsets)}),
+            **(
+                {"group": {"name": self.group, "protocol": self.group_protocol}}
+                if self.group and self.group_protocol
+                else {}
+            ),
         }

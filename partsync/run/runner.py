@@ -54,6 +54,9 @@ class RunOptions:
     # Follow mode: how often the sources' topics are checked for new partitions and for being
     # deleted and created again.
     topic_check_s: float = 30.0
+    # The group protocol: "auto" (KIP-848's where the local cluster offers it), "consumer",
+    # "classic" (``io.group``).
+    group_protocol: str = "auto"
 
     @property
     def rebalance_ms(self) -> int:
@@ -177,14 +180,17 @@ class PartitionRunner:
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
         with self._lock:
-            workers = list(self.workers.values())
-        for w in workers:
-            w.stop.set()
+            for tp in parts:
+                w = self.workers.get(tp)
+                if w is not None:
+                    w.stop.set()
+            stopped = [w for w in self.workers.values() if w.stop.is_set()]
+            still = sorted(tp for tp, w in self.workers.items() if not w.stop.is_set())
         if wait:
-            for w in workers:
+            for w in stopped:
                 w.thread.join()
         if self.observer:
-            self.observer.set_owned([])
+            self.observer.set_owned(still)
 
     # -- topic changes (follow mode) ------------------------------------------------------
 
@@ -270,7 +276,8 @@ class PartitionRunner:
                 self.member = GroupMember(self.pool.get(local), opts.group, topics, self,
                                           session_timeout_ms=opts.session_timeout_ms,
                                           rebalance_timeout_ms=opts.rebalance_ms,
-                                          join_timeout=join_timeout)  # fmt: skip
+                                          join_timeout=join_timeout,
+                                          protocol=opts.group_protocol)  # fmt: skip
                 if self.observer:
                     self.observer.watch_group(self.member)
                 self.member.start()
@@ -293,7 +300,9 @@ class PartitionRunner:
                 self.member.stop(timeout=opts.rebalance_ms / 1000 + 30)
                 fatal = fatal or self.member.error
             self._watch_now.set()
-            self.revoke([], wait=True)
+            with self._lock:
+                everything = list(self.workers)
+            self.revoke(everything, wait=True)
             for t in self.tails.values():
                 t.close()
         return fatal

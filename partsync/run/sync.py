@@ -105,6 +105,7 @@ def _report(
     stopped: bool,
     seconds: float,
     why: str | None,
+    fatal: PartsyncError | None = None,
 ) -> SyncReport:
     """Every planned partition: what this process did with it, else what the plan found."""
     topics = []
@@ -118,7 +119,10 @@ def _report(
             if r is None:
                 r = uncopied_result(plan)
                 if plan.condition is Condition.BEHIND:
-                    if group and not stopped:
+                    if fatal is not None:
+                        # The group refused or lost this run: not handed to anyone.
+                        r = r.with_status(Status.ERROR, f"not copied: {fatal}", fatal)
+                    elif group and not stopped:
                         r = r.with_status(Status.HANDED_OVER,
                                           f"owned by another member of group {group!r}")  # fmt: skip
                     else:
@@ -218,6 +222,7 @@ def run_job(
     stop = stop or threading.Event()
     tasks = tasks_for(req, plans, retries)
     group = None
+    protocol = None
     fatal = None
     offsets = None
     offsets_done = threading.Event()
@@ -239,6 +244,8 @@ def run_job(
             offsets.start()
         fatal = runner.run()
         results = runner.results
+        if runner.member is not None:
+            protocol = runner.member.protocol_in_use
         if offsets is not None:
             offsets_done.set()
             offsets.join()
@@ -247,9 +254,11 @@ def run_job(
     stopped = stop.is_set()
     why = stopped_reason() if stopped_reason and stopped else None
     report = _report(req, plans, results, group=group, stopped=stopped,
-                     seconds=time.monotonic() - started, why=why)  # fmt: skip
+                     seconds=time.monotonic() - started, why=why, fatal=fatal)  # fmt: skip
     if offsets is not None:
         report = dataclasses.replace(report, group_offsets=tuple(offsets.to_dict()))
+    if group and protocol:
+        report = dataclasses.replace(report, group=group, group_protocol=protocol)
     code = _follow_exit_status(report) if opts.follow else report.exit_status
     if fatal is not None:
         code = ExitStatus.FAILURE

@@ -162,7 +162,19 @@ def plan(
     default=10.0,
     show_default=True,
     metavar="SECONDS",
-    help="Group session timeout: how soon a dead process's partitions move to the others.",
+    help="Group session timeout: how soon a dead process's partitions move to the others. "
+    "With the consumer group protocol the broker's group.consumer.session.timeout.ms decides "
+    "that (45 s by default); partsync still stops writing if the group is unreachable this long.",
+)
+@click.option(
+    "--group-protocol",
+    type=click.Choice(["auto", "consumer", "classic"]),
+    default="auto",
+    show_default=True,
+    help="How the group splits partitions. consumer: KIP-848 (Kafka 4.0+, or 3.9 with it "
+    "enabled): no first-join delay, partitions move only once released. classic: "
+    "JoinGroup/SyncGroup, which every broker speaks. auto: consumer where the local cluster "
+    "offers it. Every process of one job must use the same protocol.",
 )
 @click.option(
     "--follow-wait-ms",
@@ -287,6 +299,7 @@ def sync(
     group: str | None,
     no_group: bool,
     session_timeout: float,
+    group_protocol: str,
     follow_wait_ms: int,
     memory_budget: int,
     sync_groups: str | None,
@@ -368,6 +381,7 @@ def sync(
         follow=follow,
         group=group,
         session_timeout_ms=int(session_timeout * 1000),
+        group_protocol=group_protocol,
         follow_wait_ms=follow_wait_ms,
         topic_check_s=topic_check,
         parallelism=parallelism,

@@ -262,6 +262,9 @@ def assert_same_below(x: str, y: str, topic: str, partition: int, end: int) -> N
 
 # "stopped" came with the cron mode (sync --deadline, 7e87296); docs/cli.md shows the other two.
 REPORT_KEYS = {"topics", "seconds", "stopped"}
+# Present only when it applies: the run's group (issue 15), follow mode's --sync-groups (14),
+# the error that ended the run.
+OPTIONAL_REPORT_KEYS = {"group", "group_offsets", "error"}
 # "unreachable" (sources that did not answer) came with issue 13.
 TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
@@ -280,7 +283,11 @@ def _is_int(x: object) -> bool:
 def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
     """Assert ``sync --json`` output has exactly the documented keys and types, and internally
     consistent numbers; return the partition entries by (topic, partition)."""
-    assert isinstance(doc, dict) and set(doc) == REPORT_KEYS, doc
+    assert isinstance(doc, dict) and set(doc) - OPTIONAL_REPORT_KEYS == REPORT_KEYS, doc
+    if "group" in doc:
+        g = doc["group"]
+        assert isinstance(g, dict) and set(g) == {"name", "protocol"}, g
+        assert isinstance(g["name"], str) and g["protocol"] in ("consumer", "classic"), g
     assert isinstance(doc["seconds"], (int, float)) and not isinstance(doc["seconds"], bool)
     assert doc["stopped"] in (None, "deadline", "signal"), doc
     assert doc["seconds"] >= 0

@@ -371,6 +371,7 @@ def test_overlapping_one_shot_runs_split_the_work(
     source_a: Broker,
     group_local: Broker,
     topic: str,
+    broker_mode: str,
 ) -> None:
     partitions = 4
     create_topic(source_a.bootstrap, topic, partitions)
@@ -415,9 +416,13 @@ def test_overlapping_one_shot_runs_split_the_work(
         CliResult(first.returncode, out, err),
         CliResult(second.returncode, second.stdout, second.stderr),
     ]
+    # Kafka 4 offers KIP-848's consumer protocol and partsync takes it; Kafka 3.9 (not
+    # enabled there), Tansu and noida speak the classic protocol. Both must split the work.
+    protocol = "consumer" if broker_mode == "kafka-4.1.1" else "classic"
     for r in runs:
         assert r.code == 0, r.stderr[-3000:]
         check_report(r.json)
+        assert r.json["group"] == {"name": f"cron-{topic}", "protocol": protocol}, r.json
 
     # No offset was written by both runs: their copied ranges are disjoint.
     written: dict[int, list[tuple[int, int, int]]] = {p: [] for p in range(partitions)}
@@ -476,3 +481,57 @@ def test_a_fenced_writer_stops_at_once(clusters, topic: str, broker_mode: str) -
     # It stopped writing at once: the local end is exactly where its verified appends ended.
     time.sleep(1)
     assert ends(dst, topic, 1)[0] == r.local_end_after
+
+
+@pytest.mark.parametrize(
+    ("follower_protocol", "run_protocol", "refusal"),
+    [
+        ("classic", "auto", "GROUP_ID_NOT_FOUND"),
+        ("auto", "classic", "INCONSISTENT_GROUP_PROTOCOL"),
+    ],
+)
+def test_members_of_one_job_speaking_different_group_protocols_are_refused(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    broker_mode: str,
+    followers: list[Follower],
+    tmp_path: Path,
+    follower_protocol: str,
+    run_protocol: str,
+    refusal: str,
+) -> None:
+    """A group runs one protocol at a time: a run that speaks the other one is refused by the
+    coordinator, exits 1 naming the fix, and writes nothing; the follower that owns the group
+    carries on."""
+    if broker_mode != "kafka-4.1.1":
+        pytest.skip("only Kafka 4 here offers both group protocols")
+    create_topic(source_a.bootstrap, topic, 2)
+    create_topic(group_local.bootstrap, topic, 2)
+    _fill(source_a, topic, 50, seed=3, partitions=2)
+    group = f"mixed-{topic}"
+    # Throttled, so that the follower is still copying when the run plans: the run has work
+    # and must join the group.
+    f = Follower(config, topic, group, tmp_path / "follower.log",
+                 "--group-protocol", follower_protocol, "--max-bytes-per-sec", "10000")  # fmt: skip
+    followers.append(f)
+    _wait("the follower to catch up", lambda: ends(group_local, topic, 2) == {0: 50, 1: 50}, 90,
+          lambda: f.stderr()[-3000:])  # fmt: skip
+    _fill(source_a, topic, 1000, seed=4, partitions=2)
+    argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic", topic,
+            "--sources", "a", "--group", group, "--group-protocol", run_protocol, "--json"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert refusal in r.stderr and "same --group-protocol" in r.stderr, r.stderr[-3000:]
+    doc = CliResult(r.returncode, r.stdout, r.stderr).json
+    assert doc["error"]["kind"] == "group", doc
+    for e in by_partition(doc, topic).values():
+        assert e["batches"] == 0, e
+        assert e["status"] == "error" and refusal in e["reason"], e
+    _wait("the follower to copy the new records",
+          lambda: ends(group_local, topic, 2) == {0: 1050, 1: 1050}, 120,
+          lambda: f.stderr()[-3000:])  # fmt: skip
+    assert f.stop(signal.SIGTERM) == 0, f.stderr()[-3000:]
+    assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 2)

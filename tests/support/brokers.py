@@ -29,6 +29,10 @@ _KAFKA_TEST_OVERRIDES = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "offsets.topic.replication.factor": "1",
+    # KIP-848 groups (partsync's default where offered): a dead member's partitions move after
+    # 10 s, as with partsync's classic --session-timeout, not the broker default 45 s.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "10000",
 }
 
 

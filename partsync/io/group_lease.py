@@ -1,0 +1,111 @@
+"""The partitions a group member owns, held as a lease (``io.group``).
+
+The lease runs out when the last heartbeat that succeeded is older than most of the session
+timeout; a watchdog then stops the writes, before the coordinator (which waits the whole session
+timeout) can give the partitions to another member.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["LEASE_FRACTION", "GroupListener", "Lease", "TopicPartition"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# Stop writing when this much of the session timeout has passed since the last heartbeat that
+# succeeded: the coordinator only gives the partitions away after all of it has passed.
+LEASE_FRACTION = 0.8
+
+
+class GroupListener(Protocol):
+    def assigned(self, parts: list[TopicPartition], generation: int) -> None:
+        """This member now owns ``parts`` (start writing those not written yet)."""
+
+    def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
+        """Stop writing ``parts``; with ``wait``, return only once the in-flight appends of
+        every partition stopped so far are confirmed and nothing more will be sent."""
+
+
+class Lease:
+    def __init__(
+        self,
+        group: str,
+        listener: GroupListener,
+        session_timeout_ms: int,
+        stopping: threading.Event,
+        on_lost: Callable[[], None],
+    ) -> None:
+        self.group = group
+        self.listener = listener
+        self._span = LEASE_FRACTION * session_timeout_ms / 1000
+        self._stopping = stopping
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._owned: list[TopicPartition] = []
+        self._until = 0.0
+        # Set by the watchdog when the lease ran out: rejoin to get partitions back.
+        self.lost = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name=f"lease-{group}", daemon=True)
+
+    @property
+    def owned(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._owned)
+
+    @property
+    def span(self) -> float:
+        return self._span
+
+    def shorten(self, session_timeout_ms: int) -> None:
+        """The coordinator may expire this member sooner than we were told: lease less."""
+        with self._lock:
+            self._span = min(self._span, LEASE_FRACTION * session_timeout_ms / 1000)
+
+    def grant(self, parts: list[TopicPartition], sent: float) -> None:
+        """Own ``parts`` from an answer to a request sent at ``sent`` (monotonic clock)."""
+        with self._lock:
+            self._owned = parts
+            self._until = sent + self._span
+
+    def renew(self, sent: float) -> None:
+        with self._lock:
+            self._until = sent + self._span
+
+    def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
+        with self._lock:
+            self._owned = [tp for tp in self._owned if tp not in set(parts)]
+        self.listener.revoke(parts, wait)
+
+    def revoke_all(self, wait: bool) -> None:
+        with self._lock:
+            parts, self._owned = self._owned, []
+        if parts or wait:
+            self.listener.revoke(parts, wait)
+
+    def start(self) -> None:
+        self._watchdog.start()
+
+    def join(self, timeout: float) -> None:
+        self._watchdog.join(timeout)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.1):
+            with self._lock:
+                expired = bool(self._owned) and time.monotonic() > self._until
+            if expired:
+                log.warning(
+                    "group %s: no successful heartbeat for %.0f%% of the session timeout; "
+                    "stopping writes until the group answers again",
+                    self.group,
+                    LEASE_FRACTION * 100,
+                )
+                self._on_lost()
+                self.lost.set()
+                self.revoke_all(wait=False)
