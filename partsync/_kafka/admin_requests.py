@@ -17,6 +17,10 @@ from partsync._kafka.codes import raise_for_code
 __all__ = ["AdminRequests"]
 
 
+BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
+
+
 class AdminRequests:
     """CreateTopics and DescribeConfigs over ``call`` (from ``BrokerConnection``)."""
 
@@ -109,12 +113,16 @@ class AdminRequests:
                 out[c.name] = c.value
         return out
 
-    def describe_broker_configs(self, node_id: int, keys: list[str]) -> tuple[int, dict[str, str]]:
-        """(error code, values) of broker configs; an error (e.g. no DESCRIBE_CONFIGS on the
-        cluster) is returned, not raised: callers fall back to what they can assume."""
+    def describe_configs(
+        self, resource_type: int, name: str, keys: list[str]
+    ) -> tuple[int, dict[str, str]]:
+        """(error code, values) of a resource's configs (``BROKER_RESOURCE``: a broker's node id;
+        ``GROUP_RESOURCE``: a group, Kafka 3.9+); an error (e.g. no DESCRIBE_CONFIGS, or a
+        resource type the broker does not know) is returned, not raised: callers fall back to
+        what they can assume."""
         R = DescribeConfigsRequest.DescribeConfigsResource
         req = DescribeConfigsRequest(
-            resources=[R(resource_type=4, resource_name=str(node_id), configuration_keys=keys)],
+            resources=[R(resource_type=resource_type, resource_name=name, configuration_keys=keys)],
             include_synonyms=False,
         )
         r = self.call("DescribeConfigs", req).results[0]

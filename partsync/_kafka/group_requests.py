@@ -24,6 +24,7 @@ from partsync._kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroup
 __all__ = [
     "BrokerInfo",
     "CommittedOffset",
+    "DescribedGroup",
     "DescribedMember",
     "GroupRequests",
     "HeartbeatResult",
@@ -82,6 +83,17 @@ class DescribedMember:
     member_epoch: int
     assigned: frozenset[tuple[str, int]]
     target: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class DescribedGroup:
+    """A KIP-848 group: ``assignment_epoch`` below ``group_epoch`` means the targets are stale
+    (the coordinator recomputes them at a member's next heartbeat)."""
+
+    error_code: int
+    group_epoch: int
+    assignment_epoch: int
+    members: dict[str, DescribedMember]
 
 
 class GroupRequests:
@@ -182,8 +194,8 @@ class GroupRequests:
             assignment,
         )
 
-    def consumer_group_describe(self, group: str) -> tuple[int, dict[str, DescribedMember]]:
-        """(error code, members by id) of a KIP-848 group."""
+    def consumer_group_describe(self, group: str) -> DescribedGroup:
+        """A KIP-848 group's epochs and members."""
         resp = self.call(
             "ConsumerGroupDescribe",
             ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False),
@@ -199,7 +211,9 @@ class GroupRequests:
             )
             for m in g.members
         }
-        return int(g.error_code), members
+        return DescribedGroup(
+            int(g.error_code), int(g.group_epoch), int(g.assignment_epoch), members
+        )
 
     def sync_group(
         self,

@@ -105,8 +105,10 @@ class GroupMember:
         self.joined = threading.Event()  # set once the member holds all it was assigned
         self.stopping = threading.Event()
         self.rejoin = threading.Event()
-        self.lease = Lease(group, listener, session_timeout_ms, self.stopping,
-                           on_lost=self.joined.clear)  # fmt: skip
+        # The coordinator also gives a member's partitions away when it takes longer than the
+        # rebalance timeout to release those it was asked to: the lease stays below both.
+        self.lease = Lease(group, listener, min(session_timeout_ms, rebalance_timeout_ms),
+                           self.stopping, on_lost=self.joined.clear)  # fmt: skip
         self.coordinator_node: int | None = None
         self._conn: Connection | None = None
         self._session: _Session | None = None

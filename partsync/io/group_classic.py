@@ -110,7 +110,10 @@ class ClassicSession:
                 raise m.fatal(code, "syncing")
             parts = decode_assignment(data)
             m.generation = res.generation
-            m.lease.grant(parts, sent)
+            if not m.lease.grant(parts, sent):
+                log.warning("group %s: the assignment came after the lease it gives ran out; "
+                            "rejoining", m.group)  # fmt: skip
+                continue
             m.rebalances += 1
             log.info(
                 "group %s generation %d: member %s owns %s", m.group, res.generation, m.member_id,
@@ -130,8 +133,8 @@ class ClassicSession:
                 m.lease.revoke_all(wait=True)
                 return
             if m.lease.lost.is_set():
-                m.lease.lost.clear()
                 m.lease.revoke_all(wait=True)
+                m.lease.lost.clear()
                 return
             conn = m.coordinator()
             sent = time.monotonic()

@@ -4,11 +4,13 @@ local cluster offers it (Kafka 4.0+, or 3.9 with the protocol enabled).
 Why it is preferred: the coordinator assigns at once (no ``group.initial.rebalance.delay.ms``
 wait on a first join, 3 s by default, which every cron run with work paid), and a partition moves
 to a member only after its previous owner said, in a heartbeat, that it no longer holds it. So
-ownership stays exclusive as in the classic protocol: a member stops writing a partition (its
-in-flight appends confirmed) before it reports the partition released.
+ownership stays exclusive as in the classic protocol: a member reports a partition released
+only after its copy stopped and its in-flight appends were confirmed. The owned partitions a
+heartbeat reports are the lease's, which only this session's thread shrinks, and only after
+the writers were waited for.
 
 What differs: the session timeout is the broker's (``group.consumer.session.timeout.ms``, 45 s
-by default), not the client's, so the lease is sized from the broker's configs; a member that
+by default), not the client's, so the lease is sized from the broker's configs; and a member that
 is told nothing new cannot tell whether partitions are still on their way to it, so it asks
 (ConsumerGroupDescribe) until its assignment equals its target.
 """
@@ -21,8 +23,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 from partsync._kafka import COORDINATOR_RETRY_CODES, ErrorCode, error_name
+from partsync._kafka.admin_requests import BROKER_RESOURCE, GROUP_RESOURCE
 from partsync._kafka.group_requests import HeartbeatResult
-from partsync.errors import GroupError
+from partsync.errors import ClusterError
 
 if TYPE_CHECKING:
     from partsync._kafka import Connection
@@ -32,13 +35,20 @@ __all__ = ["ConsumerSession", "FallBackToClassic"]
 
 log = logging.getLogger(__name__)
 
-_FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+# The coordinator no longer counts this member (its session expired, it was fenced for a slow
+# release, or its emptied group was cleaned up): its partitions may be someone else's now.
+_FENCED = frozenset(
+    {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+)
 # Answers to a first heartbeat that mean the broker does not run the protocol after all.
 _NOT_SERVED = frozenset({ErrorCode.UNSUPPORTED_VERSION})
 _JOIN, _LEAVE = 0, -1
 # While partitions may still be on their way (or a release must be reported), ask this often.
 _FAST_S = 0.2
-_SESSION_KEYS = ["group.consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms"]
+# Kafka's default group.consumer.session.timeout.ms, assumed when the configs are unreadable.
+_DEFAULT_SESSION_MS = 45_000
+_BROKER_KEYS = ["group.consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms"]
+_GROUP_KEYS = ["consumer.session.timeout.ms"]
 
 
 class FallBackToClassic(Exception):
@@ -50,12 +60,15 @@ class ConsumerSession:
 
     def __init__(self, member: GroupMember) -> None:
         self.m = member
+        # Kept across connection errors: after one, the member goes on with the same id and
+        # epoch (a full heartbeat), as Kafka expects; only a fence starts it over.
         self.epoch = _JOIN
         self._interval = member.heartbeat_interval
         self._ids: dict[uuid.UUID, str] = {}
         self._lease_sized = False
         self._lease_from_heartbeat = False
         self._converged = False
+        self._describe_warned = False
 
     def resubscribe(self) -> None:
         # The coordinator sees new partitions of subscribed topics itself; the runner needs the
@@ -66,15 +79,13 @@ class ConsumerSession:
     # -- the session --------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Join (epoch 0), then heartbeat until fenced or stopped; the caller rejoins.
+        """Heartbeat (joining first, at epoch 0) until stopped; a connection error raises
+        ``ClusterError`` and the member calls this again once reconnected.
 
         Every heartbeat is a full one (rebalance timeout, topics and owned partitions set), so
-        the coordinator answers each with the whole assignment and a member that stopped its
+        the coordinator answers each with the whole assignment, and a member that stopped its
         writes on its own (lease) gets them back as soon as the group answers again."""
         m = self.m
-        m.joined.clear()
-        self.epoch = _JOIN
-        self._converged = False
         waiting_since = time.monotonic()
         while not m.stopping.is_set():
             if self._converged:
@@ -82,10 +93,10 @@ class ConsumerSession:
             else:
                 m.check_join_timeout(waiting_since)
             if m.lease.lost.is_set():
-                # The watchdog stopped the writes: wait for them, then let the next answer
-                # hand the partitions back (or say the coordinator expired us).
-                m.lease.lost.clear()
+                # The watchdog stopped the writes: wait for them, then report the partitions
+                # released; the next answer hands them back (or says we were expired).
                 m.lease.revoke_all(wait=True)
+                m.lease.lost.clear()
                 self._converged = False
             if m.rejoin.is_set():
                 m.rejoin.clear()
@@ -101,9 +112,9 @@ class ConsumerSession:
             if res.member_id:
                 m.member_id = res.member_id
             self.epoch = res.member_epoch
-            if res.heartbeat_interval_ms > 0 and self._lease_from_heartbeat:
-                m.lease.shorten(res.heartbeat_interval_ms)
             if res.heartbeat_interval_ms > 0:
+                if self._lease_from_heartbeat:
+                    m.lease.shorten(res.heartbeat_interval_ms)
                 self._interval = min(m.heartbeat_interval, m.lease.span / 4,
                                      res.heartbeat_interval_ms / 1000)  # fmt: skip
             m.lease.renew(sent)
@@ -142,8 +153,7 @@ class ConsumerSession:
             m.close_conn()
             m.stopping.wait(_FAST_S)
             return None
-        if code in _FENCED:
-            # The coordinator no longer counts us: it may have handed our partitions on.
+        if code in _FENCED and self.epoch != _JOIN:
             log.info("group %s: %s; stopping writes and rejoining", m.group, error_name(code))
             m.joined.clear()
             m.lease.revoke_all(wait=True)
@@ -166,30 +176,47 @@ class ConsumerSession:
             # released: only then may the coordinator give them to another member.
             log.info("group %s: releasing %s", m.group, gone)
             m.lease.revoke(gone, wait=True)
+            self._converged = False  # report the release at once, then look again
+        if not m.lease.grant(new, sent):
+            # Answered after the lease it gives ran out: write nothing on it; ask again.
+            log.warning("group %s: the group answered too late to keep writing; asking again",
+                        m.group)  # fmt: skip
+            self._converged = False
+            return
         if new != old:
             m.generation = self.epoch
             m.rebalances += 1
+            self._converged = False
             log.info("group %s epoch %d: member %s owns %s", m.group, self.epoch, m.member_id,
                      new)  # fmt: skip
-        m.lease.grant(new, sent)
         if set(new) - set(old):
             m.listener.assigned(new, self.epoch)
-        if gone or set(new) != set(old):
-            self._converged = False  # report the release at once, then look again
 
     def _check_converged(self, conn: Connection) -> bool:
-        """Whether this member holds everything the coordinator targets for it (partitions
-        still being released by another member arrive later)."""
+        """Whether this member holds everything the coordinator targets for it: the targets are
+        current (assignment epoch = group epoch) and this member's target, its assignment and
+        the partitions it writes are the same. Partitions still being released by another
+        member are in the target, not in the assignment."""
         m = self.m
-        code, members = conn.consumer_group_describe(m.group)
-        if code in COORDINATOR_RETRY_CODES:
+        g = conn.consumer_group_describe(m.group)
+        if g.error_code in COORDINATOR_RETRY_CODES:
             return False
-        if code:
-            # Not allowed to describe: count what we were given as all there is.
-            log.debug("group %s: describe: %s", m.group, error_name(code))
+        if g.error_code:
+            if not self._describe_warned:
+                self._describe_warned = True
+                log.warning(
+                    "group %s: cannot describe the group (%s): this run counts what it was given "
+                    "as all it gets; partitions still on their way to it are left to the next "
+                    "run (grant DESCRIBE on the group)", m.group, error_name(g.error_code),
+                )  # fmt: skip
             return True
-        me = members.get(m.member_id)
-        return me is not None and me.target == frozenset(m.lease.owned)
+        me = g.members.get(m.member_id)
+        owned = frozenset(m.lease.owned)
+        return (
+            me is not None
+            and g.assignment_epoch == g.group_epoch
+            and me.target == me.assigned == owned
+        )
 
     def leave(self) -> None:
         m = self.m
@@ -200,52 +227,52 @@ class ConsumerSession:
     # -- helpers ------------------------------------------------------------------------------
 
     def _size_lease(self, conn: Connection) -> None:
-        """The coordinator expires a member after ``group.consumer.session.timeout.ms`` (a group
-        may override it, but never below ``group.consumer.min.session.timeout.ms``): the lease
-        stays below the smallest of those we can read. Unreadable (no DESCRIBE_CONFIGS), the
-        heartbeat interval, which Kafka requires to be below the session timeout, bounds it."""
+        """The coordinator expires a member after ``group.consumer.session.timeout.ms`` or the
+        group's own ``consumer.session.timeout.ms`` (which Kafka validates against
+        ``group.consumer.min.session.timeout.ms``): the lease stays below the smallest of those
+        it can read. With none readable (no DESCRIBE_CONFIGS), the heartbeat interval, which
+        Kafka requires to be below the session timeout, bounds it."""
         m = self.m
         self._lease_sized = True
-        node = m.coordinator_node
-        code, values = (
-            (-1, {}) if node is None else conn.describe_broker_configs(node, _SESSION_KEYS)
-        )
-        limits = [int(v) for k, v in values.items() if k in _SESSION_KEYS and v.isdigit()]
+        limits: list[int] = []
+        if m.coordinator_node is not None:
+            _code, values = conn.describe_configs(BROKER_RESOURCE, str(m.coordinator_node),
+                                                  _BROKER_KEYS)  # fmt: skip
+            limits += [int(v) for v in values.values() if v.isdigit()]
+        _code, values = conn.describe_configs(GROUP_RESOURCE, m.group, _GROUP_KEYS)
+        limits += [int(v) for v in values.values() if v.isdigit()]
         if limits:
             m.lease.shorten(min(limits))
-            m.extend_join_timeout(2 * max(limits) / 1000 + 10)
-            return
-        log.debug("group %s: broker session timeouts unreadable (%s); leasing for less than "
-                  "the heartbeat interval", m.group, error_name(code))  # fmt: skip
-        self._lease_from_heartbeat = True
+            longest = max(limits)
+        else:
+            log.debug("group %s: session timeouts unreadable; leasing for less than the "
+                      "heartbeat interval", m.group)  # fmt: skip
+            self._lease_from_heartbeat = True
+            longest = _DEFAULT_SESSION_MS
+        # A member that died keeps its partitions for the broker's session timeout.
+        m.extend_join_timeout(2 * longest / 1000 + 10)
 
     def _owned_ids(self) -> dict[uuid.UUID, list[int]]:
         owned: dict[uuid.UUID, list[int]] = {}
-        names = {name: tid for tid, name in self._ids.items()}
+        ids = {name: tid for tid, name in self._ids.items()}
         for topic, p in self.m.lease.owned:
-            tid = names.get(topic)
-            if tid is None:
-                raise GroupError(f"group {self.m.group!r}: no topic id known for owned {topic!r}",
-                                 cluster=self.m.local.name)  # fmt: skip
-            owned.setdefault(tid, []).append(p)
+            owned.setdefault(ids[topic], []).append(p)  # owned only after _topic_name named it
         return owned
-
-    def _learn_ids(self) -> None:
-        m = self.m
-        for topic in m.topics:
-            info = m.local.topic(topic, refresh=True)
-            if info is not None and info.topic_id:
-                self._ids[uuid.UUID(info.topic_id)] = topic
 
     def _topic_name(self, tid: uuid.UUID) -> str:
         name = self._ids.get(tid)
         if name is None:
             m = self.m
-            self._learn_ids()
+            for topic in m.topics:
+                info = m.local.topic(topic, refresh=True)
+                if info is not None and info.topic_id:
+                    self._ids[uuid.UUID(info.topic_id)] = topic
             name = self._ids.get(tid)
             if name is None:
-                raise GroupError(
-                    f"group {m.group!r}: assigned topic id {tid}, which is none of {list(m.topics)}",
+                # E.g. local metadata that lags a topic created again: ask again shortly.
+                raise ClusterError(
+                    f"group {m.group!r}: assigned topic id {tid}, which none of "
+                    f"{list(m.topics)} has in the local cluster's metadata",
                     cluster=m.local.name,
                 )
         return name

@@ -68,26 +68,35 @@ class Lease:
         with self._lock:
             self._span = min(self._span, LEASE_FRACTION * session_timeout_ms / 1000)
 
-    def grant(self, parts: list[TopicPartition], sent: float) -> None:
-        """Own ``parts`` from an answer to a request sent at ``sent`` (monotonic clock)."""
+    def grant(self, parts: list[TopicPartition], sent: float) -> bool:
+        """Own ``parts`` from an answer to a request sent at ``sent`` (monotonic clock). False
+        (nothing granted) if that answer came too late: the lease it gives has already run out."""
         with self._lock:
+            if time.monotonic() >= sent + self._span:
+                return False
             self._owned = parts
             self._until = sent + self._span
+            return True
 
     def renew(self, sent: float) -> None:
         with self._lock:
             self._until = sent + self._span
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
-        with self._lock:
-            self._owned = [tp for tp in self._owned if tp not in set(parts)]
+        """Stop writing ``parts``; they leave ``owned`` once stopped (with ``wait``: once their
+        in-flight appends are confirmed)."""
         self.listener.revoke(parts, wait)
+        gone = set(parts)
+        with self._lock:
+            self._owned = [tp for tp in self._owned if tp not in gone]
 
     def revoke_all(self, wait: bool) -> None:
-        with self._lock:
-            parts, self._owned = self._owned, []
+        parts = self.owned
         if parts or wait:
             self.listener.revoke(parts, wait)
+        gone = set(parts)
+        with self._lock:
+            self._owned = [tp for tp in self._owned if tp not in gone]
 
     def start(self) -> None:
         self._watchdog.start()
@@ -99,7 +108,7 @@ class Lease:
         while not self._stopping.wait(0.1):
             with self._lock:
                 expired = bool(self._owned) and time.monotonic() > self._until
-            if expired:
+            if expired and not self.lost.is_set():
                 log.warning(
                     "group %s: no successful heartbeat for %.0f%% of the session timeout; "
                     "stopping writes until the group answers again",
@@ -108,4 +117,7 @@ class Lease:
                 )
                 self._on_lost()
                 self.lost.set()
-                self.revoke_all(wait=False)
+                # Stop the writers now, but leave the partitions in ``owned``: appends may still
+                # be in flight, so the member must not report them released. The member's
+                # thread waits for the writers (``revoke_all(wait=True)``) and only then lets go.
+                self.listener.revoke(self.owned, wait=False)
