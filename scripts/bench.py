@@ -115,6 +115,8 @@ class Settings:
     scale_partitions: tuple[int, ...]
     scale_size_mb: float
     inflight_budgets: tuple[int, ...]
+    # partsync --memory-budget values measured on the largest scaling topic (peak RSS).
+    memory_budgets: tuple[int, ...]
     noop_partitions: int
     repeat: int
     broker: str
@@ -587,6 +589,9 @@ def contender_argv(
             "--topic",
             topic,
             "--json",
+            # Throughput, not the claim: a group's first join is the broker's (Tansu waits about
+            # 5 s; Kafka 4 with KIP-848 about 20 ms) and scripts/bench_join.py measures it.
+            "--no-group",
             *extra,
         ]
     return [
@@ -870,6 +875,13 @@ class Bench:
             for c in ("partsync", "ideal"):
                 if c in self.s.contenders:
                     self.measure("partitions", c, t["topic"], "lz4", n, variant=f"p={n}")
+        if "partsync" in self.s.contenders and topics:
+            # The process-wide memory bound at the most partitions: peak RSS against the budget.
+            n = max(self.s.scale_partitions)
+            for budget in self.s.memory_budgets:
+                self.measure("memory", "partsync", f"scale-p{n}", "lz4", n,
+                             variant=f"budget={budget >> 20}MiB",
+                             extra=["--memory-budget", str(budget)])  # fmt: skip
         main_topic = "bench-lz4"
         if "partsync" in self.s.contenders and main_topic in self.scans:
             for budget in self.s.inflight_budgets:
@@ -1222,6 +1234,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             scale_partitions=(1, 4),
             scale_size_mb=1,
             inflight_budgets=(1 << 20, 64 << 20),
+            memory_budgets=(64 << 20,),
             noop_partitions=20,
             repeat=1,
             broker=args.broker,
@@ -1237,6 +1250,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         scale_size_mb=args.scale_size_mb,
         inflight_budgets=tuple(
             int(float(x) * (1 << 20)) for x in args.inflight_mib.split(",") if x
+        ),
+        memory_budgets=tuple(
+            int(float(x) * (1 << 20)) for x in args.memory_budget_mib.split(",") if x
         ),
         noop_partitions=args.noop_partitions,
         repeat=args.repeat,
@@ -1307,6 +1323,11 @@ def main(argv: list[str] | None = None) -> int:
         "--inflight-mib",
         default="1,8,64,256",
         help="partsync --max-in-flight-bytes values (MiB) to compare",
+    )
+    ap.add_argument(
+        "--memory-budget-mib",
+        default="64,512",
+        help="partsync --memory-budget values (MiB) measured on the largest scaling topic",
     )
     ap.add_argument("--noop-partitions", type=int, default=1000)
     ap.add_argument(

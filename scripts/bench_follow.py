@@ -42,9 +42,13 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="records per second")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--follow-wait-ms", type=int, default=500)
-    ap.add_argument("--broker", choices=("tansu", "noida", "kafka"), default="tansu",
-                    help="test brokers for source and local; kafka: Apache Kafka "
-                    "(--kafka-version) JVMs from Maven jars")
+    ap.add_argument(
+        "--broker",
+        choices=("tansu", "noida", "kafka"),
+        default="tansu",
+        help="test brokers for source and local; kafka: Apache Kafka "
+        "(--kafka-version) JVMs from Maven jars",
+    )
     ap.add_argument("--kafka-version", default="4.1.1")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
