@@ -71,6 +71,7 @@ def test_bench_smoke_runs_every_contender(tmp_path: Path) -> None:
         assert isinstance(entry["confluent-mirror_over_partsync_cpu_per_gb"], float)
     assert {r["variant"] for r in doc["rows"] if r["experiment"] == "partitions"} == {"p=1", "p=4"}
     assert len([r for r in doc["rows"] if r["experiment"] == "inflight"]) == 2
+    assert [r["variant"] for r in doc["rows"] if r["experiment"] == "memory"] == ["budget=64MiB"]
     noop = doc["noop"]
     assert noop["noop_code"] == 0 and noop["noop_statuses"] == {"in-sync": noop["partitions"]}
     assert doc["digest"]["status"] in ("ran", "pending")
