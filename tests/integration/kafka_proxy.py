@@ -46,6 +46,7 @@ import collections
 import socket
 import struct
 import threading
+import time
 import warnings
 from collections import Counter, namedtuple
 from collections.abc import Callable, Iterator
@@ -74,6 +75,7 @@ with warnings.catch_warnings():
 from tests.integration.kafka_semantics import KafkaSemantics, produce_answer
 
 __all__ = [
+    "LinkShape",
     "ProduceCheck",
     "ProducedBatch",
     "RequestHeader",
@@ -434,6 +436,61 @@ def _read_frame(sock: socket.socket) -> bytes | None:
     return body
 
 
+@dataclass(frozen=True)
+class LinkShape:
+    """A long fat link as one TCP connection sees it (tc netem is not available here): at most
+    ``rate`` bytes per second each way, and ``delay_s`` one way (the round trip is twice it).
+    Frames go out whole (store and forward), in order."""
+
+    rate: float
+    delay_s: float
+
+
+class _Shaped:
+    """One direction of one connection through a ``LinkShape``: frames queue, leave at the
+    link's rate and arrive ``delay_s`` later, in order, from a thread of their own."""
+
+    def __init__(self, sock: socket.socket, shape: LinkShape, name: str) -> None:
+        self.sock = sock
+        self.shape = shape
+        self._q: collections.deque[tuple[float, bytes]] = collections.deque()
+        self._cv = threading.Condition()
+        self._free_at = 0.0  # when the link has sent everything queued so far
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def sendall(self, data: bytes) -> None:
+        with self._cv:
+            start = max(time.monotonic(), self._free_at)
+            self._free_at = start + len(data) / self.shape.rate
+            self._q.append((self._free_at + self.shape.delay_s, data))
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._q and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                due, data = self._q[0]
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                self._q.popleft()
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                return
+
+
 class _Link:
     """One client connection and its upstream connection, with a pump thread per direction.
 
@@ -455,6 +512,13 @@ class _Link:
         self._ready: dict[int, bytes] = {}
         self._finished = 0
         self._closed = False
+        shape = proxy.shape
+        # Where requests and answers are written: the sockets, or the link emulator's queues.
+        self._to_upstream: Any = (
+            upstream if shape is None else _Shaped(upstream, shape, f"link-{n}-up")
+        )
+        self._to_client: Any = client if shape is None else _Shaped(client, shape,
+                                                                     f"link-{n}-down")  # fmt: skip
         self.threads = [
             threading.Thread(target=self._pump_requests, name=f"proxy-{n}-requests", daemon=True),
             threading.Thread(target=self._pump_responses, name=f"proxy-{n}-responses", daemon=True),
@@ -481,7 +545,7 @@ class _Link:
                     if step.forward is None:  # answered by the proxy alone
                         self.deliver_later(cid, step.answer(None), step.hold_s)
                 if step.forward is not None:
-                    self.upstream.sendall(struct.pack(">i", len(step.forward)) + step.forward)
+                    self._to_upstream.sendall(struct.pack(">i", len(step.forward)) + step.forward)
                     if step.cut_after:
                         self.shutdown()  # the append's fate is unknown to the client
                         return
@@ -531,7 +595,7 @@ class _Link:
                     # goes out; marked first, since the client may send its next append as soon
                     # as it has the answer.
                     self.proxy._answered(self, answered)
-                    self.client.sendall(struct.pack(">i", len(f)) + f)
+                    self._to_client.sendall(struct.pack(">i", len(f)) + f)
             except OSError:
                 self.shutdown()
 
@@ -561,6 +625,9 @@ class _Link:
             if self._closed:
                 return
             self._closed = True
+        for shaped in (self._to_upstream, self._to_client):
+            if isinstance(shaped, _Shaped):
+                shaped.close()
         self.client.close()
         self.upstream.close()
         self.proxy._forget(self)
@@ -589,11 +656,18 @@ class StrictProxy:
     """Forward a loopback port to one broker, checking every Produce request on the way."""
 
     def __init__(
-        self, upstream: str, *, host: str = "127.0.0.1", require_acks: int | None = -1
+        self,
+        upstream: str,
+        *,
+        host: str = "127.0.0.1",
+        require_acks: int | None = -1,
+        shape: LinkShape | None = None,
     ) -> None:
         up_host, _, up_port = upstream.rpartition(":")
         self.upstream = (up_host.strip("[]"), int(up_port))
         self.require_acks = require_acks
+        # Every connection through the proxy as a long fat link (None: loopback as it is).
+        self.shape = shape
         self.violations: list[Violation] = []
         self.errors: list[str] = []
         self.produced: list[ProducedBatch] = []
@@ -619,6 +693,12 @@ class StrictProxy:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def connections_made(self) -> int:
+        """Client connections accepted (and forwarded) so far."""
+        with self._lock:
+            return self._count
 
     @property
     def produce_requests_seen(self) -> int:

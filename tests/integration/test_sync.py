@@ -307,7 +307,7 @@ def test_create_missing_takes_every_timestamp_the_source_holds(
 # --------------------------------------------------------------------------------------------
 
 
-def test_json_report_schema(clusters: Clusters, psync: Run, topic: str) -> None:
+def test_json_report_schema(clusters: Clusters, psync: Run, topic: str, broker_mode: str) -> None:
     """One report holding every status: synced, in-sync, unsafe and a whole-topic error."""
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     create_topic(a, topic, 3)
@@ -326,8 +326,14 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str) -> None:
     assert r.code == 3, r.stderr
     doc = r.json
     # docs/cli.md documents "topics" and "seconds"; "stopped" (null unless --deadline or a
-    # signal stopped the run) came with the cron mode.
-    assert set(doc) == {"topics", "seconds", "stopped"}
+    # signal stopped the run) came with the cron mode; "group" (a run with work joins the job's
+    # group: its name and the protocol it spoke) with issue 15.
+    assert set(doc) == {"topics", "seconds", "stopped", "group"}
+    job = "partsync." + ",".join(sorted([topic, missing]))
+    assert len(job) <= 200  # longer names are hashed (run.sync.default_group)
+    # Kafka 4 offers KIP-848's consumer protocol; Kafka 3.9 (off there), Tansu and noida do not.
+    protocol = "consumer" if broker_mode == "kafka-4.1.1" else "classic"
+    assert doc["group"] == {"name": job, "protocol": protocol}, doc["group"]
     assert isinstance(doc["seconds"], float) and doc["seconds"] >= 0
     assert doc["stopped"] is None
     assert [t["topic"] for t in doc["topics"]] == [topic, missing]
