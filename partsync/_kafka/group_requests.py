@@ -83,6 +83,8 @@ class DescribedMember:
     member_epoch: int
     assigned: frozenset[tuple[str, int]]
     target: frozenset[tuple[str, int]]
+    client_id: str = ""
+    subscribed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,12 @@ class GroupRequests:
 
         members = {
             m.member_id: DescribedMember(
-                m.member_id, int(m.member_epoch), pairs(m.assignment), pairs(m.target_assignment)
+                m.member_id,
+                int(m.member_epoch),
+                pairs(m.assignment),
+                pairs(m.target_assignment),
+                m.client_id,
+                tuple(sorted(m.subscribed_topic_names)),
             )
             for m in g.members
         }

@@ -9,6 +9,12 @@ only after its copy stopped and its in-flight appends were confirmed. The owned 
 heartbeat reports are the lease's, which only this session's thread shrinks, and only after
 the writers were waited for.
 
+A consumer group takes any member that subscribes: the classic protocol's protocol type kept
+consumer applications out of a partsync group, this protocol does not. So a member checks, from
+ConsumerGroupDescribe, that every other member is a partsync process (the same client id, the
+local cluster's ``client_id``, "partsync" by default) before it joins and whenever membership changes, and steps aside (exit 1) if
+one is not: a partsync run must never take partitions from somebody's consumers.
+
 What differs: the session timeout is the broker's (``group.consumer.session.timeout.ms``, 45 s
 by default), not the client's, so the lease is sized from the broker's configs; and a member that
 is told nothing new cannot tell whether partitions are still on their way to it, so it asks
@@ -24,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from partsync._kafka import COORDINATOR_RETRY_CODES, ErrorCode, error_name
 from partsync._kafka.admin_requests import BROKER_RESOURCE, GROUP_RESOURCE
-from partsync._kafka.group_requests import HeartbeatResult
-from partsync.errors import ClusterError
+from partsync._kafka.group_requests import DescribedGroup, HeartbeatResult
+from partsync.errors import ClusterError, GroupError
 
 if TYPE_CHECKING:
     from partsync._kafka import Connection
@@ -105,6 +111,8 @@ class ConsumerSession:
             conn = m.coordinator()
             if not self._lease_sized:
                 self._size_lease(conn)
+            if self.epoch == _JOIN:
+                self._check_members(conn.consumer_group_describe(m.group))
             sent = time.monotonic()
             res = self._heartbeat(conn)
             if res is None:
@@ -201,6 +209,7 @@ class ConsumerSession:
         g = conn.consumer_group_describe(m.group)
         if g.error_code in COORDINATOR_RETRY_CODES:
             return False
+        self._check_members(g)
         if g.error_code:
             if not self._describe_warned:
                 self._describe_warned = True
@@ -217,6 +226,21 @@ class ConsumerSession:
             and g.assignment_epoch == g.group_epoch
             and me.target == me.assigned == owned
         )
+
+    def _check_members(self, g: DescribedGroup) -> None:
+        """Refuse to share the group with anything but this job's partsync processes."""
+        m = self.m
+        client = m.local.ref.client_id
+        for member in g.members.values():
+            if member.member_id != m.member_id and member.client_id != client:
+                raise GroupError(
+                    f"group {m.group!r} has a member that is not a partsync process (client id "
+                    f"{member.client_id!r}, topics {list(member.subscribed)}); partsync does not "
+                    "take partitions from a consumer group's consumers: name another --group "
+                    f"(partsync processes connect as client id {client!r}, the local cluster's "
+                    "client_id)",
+                    cluster=m.local.name,
+                )
 
     def leave(self) -> None:
         m = self.m

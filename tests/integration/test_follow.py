@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from partsync._kafka import Connection
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
 from partsync.copy.producer import open_producer
@@ -535,3 +536,49 @@ def test_members_of_one_job_speaking_different_group_protocols_are_refused(
           lambda: f.stderr()[-3000:])  # fmt: skip
     assert f.stop(signal.SIGTERM) == 0, f.stderr()[-3000:]
     assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 2)
+
+
+def test_a_run_never_takes_partitions_from_a_consumer_groups_consumers(
+    config: Path, source_a: Broker, group_local: Broker, topic: str, broker_mode: str
+) -> None:
+    """With the consumer protocol any subscriber can join a group (the classic protocol's
+    protocol type kept consumers out): a run whose --group names a group that a consumer
+    application is in steps aside (exit 1, nothing written) instead of taking its partitions."""
+    if broker_mode != "kafka-4.1.1":
+        pytest.skip("only Kafka 4 here runs the consumer group protocol")
+    create_topic(source_a.bootstrap, topic, 2)
+    create_topic(group_local.bootstrap, topic, 2)
+    _fill(source_a, topic, 20, seed=5, partitions=2)
+    group = f"app-{topic}"
+    local = Cluster(_ref(group_local))
+    try:
+        code, coord = local.find_coordinator(group, 0, timeout=30)
+        assert not code and coord is not None
+        app = Connection(coord.host, coord.port, cluster="local", client_id="billing-app")
+        try:
+            joined = None
+            for _ in range(50):  # the coordinator may still be loading
+                joined = app.consumer_group_heartbeat(group, "", 0, rebalance_timeout_ms=30_000,
+                                                      topics=[topic], owned={})  # fmt: skip
+                if joined.error_code == 0:
+                    break
+                time.sleep(0.2)
+            assert joined is not None and joined.error_code == 0, joined
+            argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic",
+                    topic, "--sources", "a", "--group", group, "--json"]  # fmt: skip
+            env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+            r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                               check=False)  # fmt: skip
+            assert r.returncode == 1, r.stderr[-3000:]
+            assert "not a partsync process" in r.stderr and "billing-app" in r.stderr, r.stderr
+            assert ends(group_local, topic, 2) == {0: 0, 1: 0}
+            # The application's member still holds every partition.
+            g = app.consumer_group_describe(group)
+            [member] = g.members.values()
+            assert member.client_id == "billing-app"
+            assert member.assigned == {(topic, 0), (topic, 1)}, member
+        finally:
+            app.consumer_group_heartbeat(group, joined.member_id if joined else "", -1)
+            app.close()
+    finally:
+        local.close()
