@@ -11,9 +11,10 @@ the writers were waited for.
 
 A consumer group takes any member that subscribes: the classic protocol's protocol type kept
 consumer applications out of a partsync group, this protocol does not. So a member checks, from
-ConsumerGroupDescribe, that every other member is a partsync process (the same client id, the
-local cluster's ``client_id``, "partsync" by default) before it joins and whenever membership changes, and steps aside (exit 1) if
-one is not: a partsync run must never take partitions from somebody's consumers.
+ConsumerGroupDescribe, that every other member is a partsync process (it connects with the
+local cluster's ``client_id``, "partsync" by default) before it joins and whenever its
+assignment changes, and steps aside (exit 1) if one is not: a partsync run must never take
+partitions from somebody's consumers.
 
 What differs: the session timeout is the broker's (``group.consumer.session.timeout.ms``, 45 s
 by default), not the client's, so the lease is sized from the broker's configs; and a member that
