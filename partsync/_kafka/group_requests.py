@@ -96,6 +96,7 @@ class DescribedGroup:
     group_epoch: int
     assignment_epoch: int
     members: dict[str, DescribedMember]
+    state: str = ""
 
 
 class GroupRequests:
@@ -107,6 +108,8 @@ class GroupRequests:
         def call(self, api: str, request: Any) -> Any: ...
 
         def version(self, api: str) -> int: ...
+
+        def supports(self, api: str) -> bool: ...
 
     def find_coordinator(
         self, key: str, key_type: int = GROUP_KEY
@@ -219,7 +222,7 @@ class GroupRequests:
             for m in g.members
         }
         return DescribedGroup(
-            int(g.error_code), int(g.group_epoch), int(g.assignment_epoch), members
+            int(g.error_code), int(g.group_epoch), int(g.assignment_epoch), members, g.group_state
         )
 
     def sync_group(
@@ -272,10 +275,16 @@ class GroupRequests:
     # -- committed offsets (consumer group failover) ----------------------------------------
 
     def describe_group(self, group: str) -> tuple[int, str, int]:
-        """(error code, state, live members) of a group, from its coordinator."""
+        """(error code, state, live members) of a group, from its coordinator: a classic group,
+        or a KIP-848 consumer group (which DescribeGroups reports as Dead, without members)."""
         resp = self.call("DescribeGroups", DescribeGroupsRequest(groups=[group]))
         g = resp.groups[0]
-        return int(g.error_code), str(g.group_state), len(g.members)
+        code, state, members = int(g.error_code), str(g.group_state), len(g.members)
+        if not code and state.lower() == "dead" and self.supports("ConsumerGroupDescribe"):
+            cg = self.consumer_group_describe(group)
+            if not cg.error_code:
+                return 0, cg.state, len(cg.members)
+        return code, state, members
 
     def offset_fetch(
         self, group: str, topic: str, partitions: list[int]

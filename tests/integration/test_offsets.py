@@ -40,12 +40,16 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
 
 
 @contextmanager
-def _consumer(bootstrap: str, group: str, topic: str) -> Iterator[Any]:
+def _consumer(bootstrap: str, group: str, topic: str, protocol: str = "classic") -> Iterator[Any]:
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "session.timeout.ms": 6000})  # fmt: skip
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}  # fmt: skip
+    if protocol == "consumer":  # KIP-848: the session timeout is the broker's
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = 6000
+    c = Consumer(conf)
     c.subscribe([topic])
     try:
         yield c
@@ -133,12 +137,17 @@ def test_a_commit_beyond_the_local_end_is_clamped_and_reported(
     assert got[0]["status"] == got[2]["status"] == "no-commit", got
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_group_with_live_members_on_the_local_cluster_is_refused(
-    clusters: Clusters, psync: Run, mirrored: str
+    clusters: Clusters, psync: Run, mirrored: str, protocol: str, broker_mode: str
 ) -> None:
-    topic, group = mirrored, f"{mirrored}-live"
+    """Live consumers of either group protocol: a KIP-848 group, which DescribeGroups reports
+    as Dead without members, is asked with ConsumerGroupDescribe."""
+    if protocol == "consumer" and broker_mode != "kafka-4.1.1":
+        pytest.skip("only Kafka 4 here runs the consumer group protocol")
+    topic, group = mirrored, f"{mirrored}-live-{protocol}"
     _commit(clusters.bootstrap("a"), group, topic, {0: 10})
-    with _consumer(clusters.bootstrap("local"), group, topic) as c:
+    with _consumer(clusters.bootstrap("local"), group, topic, protocol) as c:
         deadline = time.monotonic() + 30
         while not c.assignment() and time.monotonic() < deadline:
             c.poll(0.2)
