@@ -18,6 +18,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 
+from partsync._kafka.codes import ErrorCode
 from partsync._kafka.connection import GROUP_KEY
 from partsync._kafka.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
@@ -282,8 +283,8 @@ class GroupRequests:
         code, state, members = int(g.error_code), str(g.group_state), len(g.members)
         if not code and state.lower() == "dead" and self.supports("ConsumerGroupDescribe"):
             cg = self.consumer_group_describe(group)
-            if not cg.error_code:
-                return 0, cg.state, len(cg.members)
+            if cg.error_code != ErrorCode.GROUP_ID_NOT_FOUND:  # not a consumer group: classic's
+                return cg.error_code, cg.state, len(cg.members)
         return code, state, members
 
     def offset_fetch(

@@ -81,12 +81,14 @@ class Cluster:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _connect(self, host: str, port: int, timeout: float | None = None) -> Connection:
+    def _connect(
+        self, host: str, port: int, timeout: float | None = None, client_id: str | None = None
+    ) -> Connection:
         return Connection(
             host,
             port,
             cluster=self.name,
-            client_id=self.ref.client_id,
+            client_id=client_id or self.ref.client_id,
             security=self.ref.security,
             timeout=self.timeout if timeout is None else timeout,
         )
@@ -125,9 +127,12 @@ class Cluster:
                 self._conns[node_id] = conn
             return conn
 
-    def connect_to(self, broker: BrokerInfo, *, timeout: float | None = None) -> Connection:
-        """A new dedicated connection to ``broker`` (for blocking calls such as JoinGroup)."""
-        return self._connect(broker.host, broker.port, timeout)
+    def connect_to(
+        self, broker: BrokerInfo, *, timeout: float | None = None, client_id: str | None = None
+    ) -> Connection:
+        """A new dedicated connection to ``broker`` (for blocking calls such as JoinGroup);
+        ``client_id`` overrides the cluster's."""
+        return self._connect(broker.host, broker.port, timeout, client_id)
 
     def find_coordinator(
         self, key: str, key_type: int, *, timeout: float = 30.0

@@ -29,7 +29,7 @@ from partsync._kafka import GROUP_KEY, Connection, ErrorCode, error_name
 from partsync.errors import ClusterError, GroupError, PartsyncError
 from partsync.io.cluster import Cluster
 from partsync.io.group_classic import ClassicSession
-from partsync.io.group_consumer import ConsumerSession, FallBackToClassic
+from partsync.io.group_consumer import MEMBER_CLIENT_ID, ConsumerSession, FallBackToClassic
 from partsync.io.group_lease import GroupListener, Lease, TopicPartition
 from partsync.plan.assign import Subscription
 from partsync.retry import Backoff
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 # --group-protocol: auto picks KIP-848's consumer protocol where the local cluster offers it.
 PROTOCOLS = ("auto", "consumer", "classic")
+
 _MIXED = (
     "; members of this group use different group protocols (an older partsync, or a run with "
     "--group-protocol classic): run every member of the job with the same --group-protocol"
@@ -164,7 +165,8 @@ class GroupMember:
         self.coordinator_node = coord.node_id
         # A connection of its own: JoinGroup blocks until every member rejoined (up to the
         # rebalance timeout), which must not hold up other requests to that broker.
-        self._conn = self.local.connect_to(coord, timeout=self.rebalance_timeout_ms / 1000 + 10)
+        self._conn = self.local.connect_to(coord, timeout=self.rebalance_timeout_ms / 1000 + 10,
+                                           client_id=MEMBER_CLIENT_ID)  # fmt: skip
         return self._conn
 
     def close_conn(self) -> None:

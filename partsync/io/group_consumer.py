@@ -11,10 +11,11 @@ the writers were waited for.
 
 A consumer group takes any member that subscribes: the classic protocol's protocol type kept
 consumer applications out of a partsync group, this protocol does not. So a member checks, from
-ConsumerGroupDescribe, that every other member is a partsync process (it connects with the
-local cluster's ``client_id``, "partsync" by default) before it joins and whenever its
-assignment changes, and steps aside (exit 1) if one is not: a partsync run must never take
-partitions from somebody's consumers.
+ConsumerGroupDescribe, that every other member is a partsync process (every member's group
+connection uses the client id ``group.MEMBER_CLIENT_ID``, whatever the cluster's ``client_id``)
+before it joins and whenever its assignment changes, and steps aside (exit 1) if one is not: a
+partsync run must never take partitions from somebody's consumers. It does not tell jobs apart:
+another partsync job in the same group only gets partitions of the topics it subscribes to.
 
 What differs: the session timeout is the broker's (``group.consumer.session.timeout.ms``, 45 s
 by default), not the client's, so the lease is sized from the broker's configs; and a member that
@@ -37,6 +38,10 @@ from partsync.errors import ClusterError, GroupError
 if TYPE_CHECKING:
     from partsync._kafka import Connection
     from partsync.io.group import GroupMember
+
+# The client id of every member's group connection (io.group), whatever the cluster's
+# client_id, which hosts may set differently: how members tell partsync processes from consumers.
+MEMBER_CLIENT_ID = "partsync-group-member"
 
 __all__ = ["ConsumerSession", "FallBackToClassic"]
 
@@ -75,7 +80,6 @@ class ConsumerSession:
         self._lease_sized = False
         self._lease_from_heartbeat = False
         self._converged = False
-        self._describe_warned = False
 
     def resubscribe(self) -> None:
         # The coordinator sees new partitions of subscribed topics itself; the runner needs the
@@ -112,8 +116,9 @@ class ConsumerSession:
             conn = m.coordinator()
             if not self._lease_sized:
                 self._size_lease(conn)
-            if self.epoch == _JOIN:
-                self._check_members(conn.consumer_group_describe(m.group))
+            if self.epoch == _JOIN and self._describe(conn) is None:
+                m.stopping.wait(_FAST_S)
+                continue
             sent = time.monotonic()
             res = self._heartbeat(conn)
             if res is None:
@@ -207,19 +212,9 @@ class ConsumerSession:
         the partitions it writes are the same. Partitions still being released by another
         member are in the target, not in the assignment."""
         m = self.m
-        g = conn.consumer_group_describe(m.group)
-        if g.error_code in COORDINATOR_RETRY_CODES:
+        g = self._describe(conn)
+        if g is None:
             return False
-        self._check_members(g)
-        if g.error_code:
-            if not self._describe_warned:
-                self._describe_warned = True
-                log.warning(
-                    "group %s: cannot describe the group (%s): this run counts what it was given "
-                    "as all it gets; partitions still on their way to it are left to the next "
-                    "run (grant DESCRIBE on the group)", m.group, error_name(g.error_code),
-                )  # fmt: skip
-            return True
         me = g.members.get(m.member_id)
         owned = frozenset(m.lease.owned)
         return (
@@ -228,18 +223,29 @@ class ConsumerSession:
             and me.target == me.assigned == owned
         )
 
-    def _check_members(self, g: DescribedGroup) -> None:
-        """Refuse to share the group with anything but this job's partsync processes."""
+    def _describe(self, conn: Connection) -> DescribedGroup | None:
+        """The group, after checking its members; None when the coordinator said ask again.
+        A group that does not exist yet has no members; any other error is fatal (a member
+        with READ on the group may describe it): the check must not pass by failing."""
         m = self.m
-        client = m.local.ref.client_id
+        g = conn.consumer_group_describe(m.group)
+        if g.error_code in COORDINATOR_RETRY_CODES:
+            m.close_conn()
+            return None
+        if g.error_code and g.error_code != ErrorCode.GROUP_ID_NOT_FOUND:
+            raise m.fatal(g.error_code, "describing the group")
+        self._check_members(g)
+        return g
+
+    def _check_members(self, g: DescribedGroup) -> None:
+        """Refuse to share the group with anything but partsync processes."""
+        m = self.m
         for member in g.members.values():
-            if member.member_id != m.member_id and member.client_id != client:
+            if member.member_id != m.member_id and member.client_id != MEMBER_CLIENT_ID:
                 raise GroupError(
                     f"group {m.group!r} has a member that is not a partsync process (client id "
                     f"{member.client_id!r}, topics {list(member.subscribed)}); partsync does not "
-                    "take partitions from a consumer group's consumers: name another --group "
-                    f"(partsync processes connect as client id {client!r}, the local cluster's "
-                    "client_id)",
+                    "take partitions from a consumer group's consumers: name another --group",
                     cluster=m.local.name,
                 )
 
