@@ -283,7 +283,9 @@ class GroupRequests:
         code, state, members = int(g.error_code), str(g.group_state), len(g.members)
         if not code and state.lower() == "dead" and self.supports("ConsumerGroupDescribe"):
             cg = self.consumer_group_describe(group)
-            if cg.error_code != ErrorCode.GROUP_ID_NOT_FOUND:  # not a consumer group: classic's
+            # Not a consumer group, or a broker that advertises the API without serving it
+            # (Kafka 3.9 with the protocol off): the classic answer stands.
+            if cg.error_code not in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
                 return cg.error_code, cg.state, len(cg.members)
         return code, state, members
 

@@ -232,6 +232,9 @@ class ConsumerSession:
         if g.error_code in COORDINATOR_RETRY_CODES:
             m.close_conn()
             return None
+        if self.epoch == _JOIN and g.error_code in _NOT_SERVED and m.protocol == "auto":
+            # Advertised but not served (Kafka 3.9 with the protocol off).
+            raise FallBackToClassic(error_name(g.error_code))
         if g.error_code and g.error_code != ErrorCode.GROUP_ID_NOT_FOUND:
             raise m.fatal(g.error_code, "describing the group")
         self._check_members(g)
