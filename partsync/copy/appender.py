@@ -207,17 +207,21 @@ def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
         sender.send(batch, ctx.local.name, at=expected, filler=True)
         expected += n
     sender.wait_confirmed()
+    filled = (f"started the mirror at the sources' log start: {to - start} filler records at "
+              f"offsets {start}..{to} were appended")  # fmt: skip
+    if to > start:
+        # Said now: if the delete below fails, this round's result must still tell it.
+        ctx.notes.append(filled)
     # Also with nothing to fill: fillers of a run killed before this delete may lie below.
     ctx.local.delete_records(ctx.topic, ctx.partition, to)
+    if to > start:
+        ctx.notes[ctx.notes.index(filled)] = filled + " and deleted"
     local = ctx.plan.local
     if local.log_start < start:
         # A retention gap skipped on request: the local records went with the fillers.
         ctx.notes.append(f"retention gap skipped: offsets {start}..{ctx.plan.copy_start} are on "
                          f"no source; the local records {local.log_start}..{start} were "
                          "deleted with them")  # fmt: skip
-    if to > start:
-        ctx.notes.append(f"started the mirror at the sources' log start: {to - start} filler "
-                         f"records at offsets {start}..{to} were appended and deleted")  # fmt: skip
     if to > ctx.plan.copy_start:
         ctx.notes.append(f"the local log starts at {to}: the source serves nothing below it, "
                          f"though it reports its log start at {ctx.plan.copy_start}")  # fmt: skip

@@ -93,6 +93,7 @@ LIST_OFFSETS = 2
 METADATA = 3
 # Responses carrying broker addresses this proxy does not rewrite.
 FIND_COORDINATOR = 10
+DELETE_RECORDS = 21
 _UNREWRITTEN_ADDRESSES = {60: "DescribeCluster"}
 _MAX_FRAME = 256 << 20
 
@@ -762,6 +763,8 @@ class StrictProxy:
                          lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip
         if header.api_key == FETCH:
             return _Step(header, frame, cut_after=self.kafka.cut_now("fetch"))
+        if header.api_key == DELETE_RECORDS:
+            return _Step(header, frame, cut_after=self.kafka.cut_now("delete_records"))
         if header.api_key == LIST_OFFSETS:
             asked = self.kafka.list_offsets_context(frame, header.api_version)
             return _Step(header, frame, context=asked)

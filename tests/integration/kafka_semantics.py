@@ -107,6 +107,7 @@ class KafkaSemantics:
         self._cut_api = "produce"
         self._cut_rng = random.Random(0)
         self._cuts_left = 0
+        self._cut_skip = 0  # matching requests still to let through before cutting
         self.injected: Counter[str] = Counter()
 
     # -- switches -----------------------------------------------------------------------------
@@ -171,8 +172,16 @@ class KafkaSemantics:
     def cut_after_fetch(self, probability: float, *, seed: int, limit: int = 1 << 30) -> None:
         self._cut_after("fetch", probability, seed, limit)
 
-    def _cut_after(self, api: str, probability: float, seed: int, limit: int) -> None:
+    def cut_after_delete_records(self, *, skip: int = 0, limit: int = 1) -> None:
+        """Cut the connection of ``limit`` DeleteRecords, after ``skip`` that go through, right
+        after forwarding them: the broker moves the log start, the client never hears so."""
+        self._cut_after("delete_records", 1.0, 0, limit, skip)
+
+    def _cut_after(
+        self, api: str, probability: float, seed: int, limit: int, skip: int = 0
+    ) -> None:
         with self._lock:
+            self._cut_skip = skip
             self._cut_api = api
             self._cut_probability = probability
             self._cut_rng = random.Random(seed)
@@ -182,6 +191,9 @@ class KafkaSemantics:
         """Whether to cut the connection of the ``api`` request just forwarded."""
         with self._lock:
             if self._cuts_left <= 0 or not self._cut_probability or api != self._cut_api:
+                return False
+            if self._cut_skip > 0:
+                self._cut_skip -= 1
                 return False
             if self._cut_rng.random() >= self._cut_probability:
                 return False

@@ -89,6 +89,37 @@ def test_an_empty_local_partition_starts_at_the_sources_log_start(
     }
 
 
+def test_a_start_whose_delete_answer_is_lost_says_it_appended_fillers(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """The connection is cut right after the DeleteRecords that removes the fillers (the
+    broker deleted them; partsync never hears so): the round fails, the next one goes on from
+    the sources' log start, and the result still says fillers were appended."""
+    b, local = clusters["b"], clusters.bootstrap("local")
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords")
+    create_topic(b.bootstrap, topic, 1)
+    create_topic(local, topic, 1)
+    produce(b.bootstrap, topic, records(200, seed=5), partition=0)
+    produce(b.bootstrap, topic, records(100, seed=6), partition=0)  # batches from offset 200
+    start = 200
+    delete_records(b.bootstrap, topic, 0, start)
+    # The first DeleteRecords is the no-op probe before any filler is written; the second
+    # removes the fillers.
+    clusters.kafka.cut_after_delete_records(skip=1, limit=1)
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--no-group", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert clusters.kafka.injected["cut-after-delete_records"] == 1
+    [e] = by_partition(r.json, topic).values()
+    assert e["status"] == "synced" and e["local_end_before"] == 0, e
+    assert any(f"filler records at offsets 0..{start} were appended" in n for n in e["notes"]), e
+    got = bounds(clusters["local"], topic, 1)[0]
+    assert (got.log_start, got.end) == (start, 300), got
+    assert_partitions_identical(b.bootstrap, local, topic, 1)
+
+
 def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
     """SIGKILL while the fillers are being appended: the next run sees a local log that ends in
     fillers, fills on, and the mirror still starts exactly at the source's log start."""
