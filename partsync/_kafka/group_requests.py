@@ -81,7 +81,6 @@ class DescribedMember:
     as (topic name, partition) pairs."""
 
     member_id: str
-    member_epoch: int
     assigned: frozenset[tuple[str, int]]
     target: frozenset[tuple[str, int]]
     client_id: str = ""
@@ -214,7 +213,6 @@ class GroupRequests:
         members = {
             m.member_id: DescribedMember(
                 m.member_id,
-                int(m.member_epoch),
                 pairs(m.assignment),
                 pairs(m.target_assignment),
                 m.client_id,

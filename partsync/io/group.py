@@ -67,8 +67,6 @@ class _Session(Protocol):
 
     def leave(self) -> None: ...
 
-    def resubscribe(self) -> None: ...
-
 
 class GroupMember:
     def __init__(
@@ -137,8 +135,11 @@ class GroupMember:
         self.subscription = dataclasses.replace(
             self.subscription, partitions=tuple(sorted(counts.items()))
         )
-        if self._session is not None:
-            self._session.resubscribe()
+        # Acted on by the session's thread: the classic protocol rejoins with the new
+        # subscription (the coordinator rebalances only for a member whose metadata changed);
+        # with the consumer protocol the coordinator saw the new partitions itself, and the
+        # member hands its assignment to the runner again, which now has tasks for them.
+        self.rejoin.set()
 
     @property
     def protocol_in_use(self) -> str | None:

@@ -48,11 +48,6 @@ class ClassicSession:
         self._join_and_sync()
         self._heartbeat_until_rejoin()
 
-    def resubscribe(self) -> None:
-        # A member rejoining unchanged would get its old assignment back: the subscription
-        # (with the new partition counts) changed, so the coordinator rebalances.
-        self.m.rejoin.set()
-
     def _join_and_sync(self) -> None:
         m = self.m
         m.joined.clear()

@@ -81,12 +81,6 @@ class ConsumerSession:
         self._lease_from_heartbeat = False
         self._converged = False
 
-    def resubscribe(self) -> None:
-        # The coordinator sees new partitions of subscribed topics itself; the runner needs the
-        # current assignment again now that it has tasks for them. Done by the heartbeat thread
-        # (the only one that grants and revokes), woken by this.
-        self.m.rejoin.set()
-
     # -- the session --------------------------------------------------------------------------
 
     def run(self) -> None:

@@ -39,7 +39,7 @@ from partsync.errors import FencedError
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import plan_partition
 from partsync.plan.results import Status
-from tests.conftest import CliResult, is_real_kafka, kind_of
+from tests.conftest import CliResult, is_real_kafka, kind_of, run_cli
 from tests.integration.kafka_proxy import StrictProxy
 from tests.integration.sync_support import (
     _ref,
@@ -520,13 +520,11 @@ def test_members_of_one_job_speaking_different_group_protocols_are_refused(
     _wait("the follower to catch up", lambda: ends(group_local, topic, 2) == {0: 50, 1: 50}, 90,
           lambda: f.stderr()[-3000:])  # fmt: skip
     _fill(source_a, topic, 1000, seed=4, partitions=2)
-    argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic", topic,
-            "--sources", "a", "--group", group, "--group-protocol", run_protocol, "--json"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert r.returncode == 1, r.stderr[-3000:]
+    r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a", "--group",
+                group, "--group-protocol", run_protocol, "--json", timeout=120)  # fmt: skip
+    assert r.code == 1, r.stderr[-3000:]
     assert refusal in r.stderr and "same --group-protocol" in r.stderr, r.stderr[-3000:]
-    doc = CliResult(r.returncode, r.stdout, r.stderr).json
+    doc = r.json
     assert doc["error"]["kind"] == "group", doc
     for e in by_partition(doc, topic).values():
         assert e["batches"] == 0, e
@@ -564,12 +562,9 @@ def test_a_run_never_takes_partitions_from_a_consumer_groups_consumers(
                     break
                 time.sleep(0.2)
             assert joined is not None and joined.error_code == 0, joined
-            argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic",
-                    topic, "--sources", "a", "--group", group, "--json"]  # fmt: skip
-            env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
-            r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
-                               check=False)  # fmt: skip
-            assert r.returncode == 1, r.stderr[-3000:]
+            r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
+                        "--group", group, "--json", timeout=120)  # fmt: skip
+            assert r.code == 1, r.stderr[-3000:]
             assert "not a partsync process" in r.stderr and "billing-app" in r.stderr, r.stderr
             assert ends(group_local, topic, 2) == {0: 0, 1: 0}
             # The application's member still holds every partition.
