@@ -28,6 +28,7 @@ from partsync._kafka.connection import (
     TXN_KEY,
 )
 from partsync._kafka.requests import (
+    THROTTLE_WAIT_LIMIT_S,
     BrokerInfo,
     CommittedOffset,
     Connection,
@@ -50,6 +51,7 @@ __all__ = [
     "LEADER_MOVED_CODES",
     "PROBE_WAIT_MS",
     "REFUSED_RECORD_CODES",
+    "THROTTLE_WAIT_LIMIT_S",
     "TXN_KEY",
     "UNKNOWN_OUTCOME_CODES",
     "BrokerInfo",

@@ -13,6 +13,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from typing import Any, Self
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -205,7 +206,10 @@ class BrokerConnection:
         self._sock = sock
         self._rfile = sock.makefile("rb", buffering=1 << 20)
         try:
+            started = time.monotonic()
             self._negotiate_versions()
+            # One small request's round trip: how far away the broker is (a LAN, or a long link).
+            self.setup_rtt = time.monotonic() - started
             if self._security.uses_sasl:
                 self._authenticate()
         except BaseException:

@@ -1,7 +1,7 @@
 """The appender and its verifier: batches go to the local cluster strictly in offset order, and
 every answer must put the batch at exactly the source's offset.
 
-The appender walks a copy's chunk streams in order. At each chunk's first batch it compares the
+The appender walks a copy's pieces in offset order. At each piece's first batch it compares the
 serving source's copy of the previous batch with what it appended last, so two sources that
 disagree are never mixed. Each batch is checked (no control/transactional batch, no compaction
 holes, no offset gap, the local topic stores it as sent), rewritten shallowly and submitted to
@@ -21,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from partsync._kafka import (
     error_name,
 )
 from partsync.copy.context import CopyContext, Stop
-from partsync.copy.fetcher import END, ChunkStream
+from partsync.copy.fetcher import END, Piece
 from partsync.copy.producer import ProducerSession
 from partsync.errors import (
     AppendMismatchError,
@@ -63,9 +64,9 @@ class _Sent:
 
 
 def append_in_order(
-    ctx: CopyContext, streams: list[ChunkStream], last: Batch | None, session: ProducerSession
+    ctx: CopyContext, streams: Iterable[Piece], last: Batch | None, session: ProducerSession
 ) -> None:
-    """Append every stream's batches in order; returns when done, failed or stopped (the first
+    """Append every piece's batches in order; returns when done, failed or stopped (the first
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
@@ -92,7 +93,7 @@ def append_in_order(
                 except queue.Empty:
                     continue
                 if item is END:
-                    break  # an empty chunk (a straddling batch covered it) has nothing to check
+                    break  # an empty piece (a straddling batch covered it) has nothing to check
                 assert isinstance(item, Batch)
                 b = item
                 if first:
@@ -228,8 +229,10 @@ def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
     return expected
 
 
-def _check_agreement(stream: ChunkStream, last: Batch | None, last_source: str) -> None:
-    """Before using a chunk's source, its copy of the previous batch must equal ours."""
+def _check_agreement(stream: Piece, last: Batch | None, last_source: str) -> None:
+    """Before using a piece's source, its copy of the previous batch must equal ours (for a
+    piece after the first of a chunk: the batch straddling the cut, which came in the piece
+    before)."""
     b = stream.boundary
     if b is None or last is None:
         return

@@ -15,9 +15,9 @@ __all__ = ["Budget", "SharedBudget", "shared_budget"]
 class SharedBudget:
     """The process-wide budget all copies draw on.
 
-    Deadlock freedom: a copy's bytes are released as its head chunk is appended, which needs no
-    budget; bytes for later chunks (prefetch) may only use the budget up to ``limit - reserve``,
-    so prefetches can never take the room the head chunks need to move. A head fetch larger
+    Deadlock freedom: a copy's bytes are released as its head piece is appended, which needs no
+    budget; bytes for later pieces (prefetch) may only use the budget up to ``limit - reserve``,
+    so prefetches can never take the room the head pieces need to move. A head fetch larger
     than the whole budget is let through when nothing else is held (it could never fit)."""
 
     def __init__(self, limit: int, reserve: int) -> None:
@@ -27,11 +27,14 @@ class SharedBudget:
         self.peak = 0
         self._cv = threading.Condition()
 
-    def acquire(self, n: int, head: bool, closed: threading.Event) -> bool:
-        """Reserve ``n`` bytes (for a head chunk or a prefetch); False once ``closed`` is set."""
+    def acquire(self, n: int, head: bool, closed: threading.Event, wait: bool = True) -> bool:
+        """Reserve ``n`` bytes (for a head piece or a prefetch); False once ``closed`` is set,
+        or at once without ``wait`` if they do not fit now."""
         cap = self.limit if head else self.limit - self.reserve
         with self._cv:
             while not closed.is_set() and self.used + n > cap and self.used > 0:
+                if not wait:
+                    return False
                 self._cv.wait(0.5)
             if closed.is_set():
                 return False
@@ -61,8 +64,8 @@ def shared_budget(limit: int, reserve: int) -> SharedBudget:
 
 
 class Budget:
-    """Shared by a copy's fetchers. The chunk being appended may always proceed, so a full
-    budget held by later chunks can never block the head (no deadlock). With a ``parent``,
+    """Shared by a copy's fetchers. The piece being appended may always proceed, so a full
+    budget held by later pieces can never block the head (no deadlock). With a ``parent``,
     every byte is also drawn from the process-wide budget."""
 
     def __init__(self, limit: int, parent: SharedBudget | None = None) -> None:
@@ -71,20 +74,24 @@ class Budget:
         self.used = 0
         self.peak = 0
         self._cv = threading.Condition()
-        self.head = 0  # index of the chunk being appended
+        self.head = 0  # index of the piece being appended
         self.closed = False
         self._closed = threading.Event()
 
-    def acquire(self, n: int, chunk_index: int) -> bool:
-        """Reserve ``n`` bytes for a fetch of chunk ``chunk_index``; False once closed."""
+    def acquire(self, n: int, piece: int, wait: bool = True) -> bool:
+        """Reserve ``n`` bytes for a fetch of the piece with index ``piece``; False once closed,
+        or at once without ``wait`` if they do not fit now (a fetcher with answers to read
+        must not block on them)."""
         with self._cv:
-            while not self.closed and chunk_index != self.head and self.used + n > self.limit:
+            while not self.closed and piece != self.head and self.used + n > self.limit:
+                if not wait:
+                    return False
                 self._cv.wait(0.5)
             if self.closed:
                 return False
-            head = chunk_index == self.head
+            head = piece == self.head
         # Outside our lock: the appender must be able to advance and release meanwhile.
-        if self.parent is not None and not self.parent.acquire(n, head, self._closed):
+        if self.parent is not None and not self.parent.acquire(n, head, self._closed, wait):
             return False
         with self._cv:
             if self.closed:  # closed meanwhile: close() did not count these bytes

@@ -14,6 +14,10 @@ class CopyOptions:
     memory_budget: int = 512 << 20
     fetch_max_bytes: int = 8 << 20
     connections_per_broker: int = 1
+    # Fetches each source connection keeps outstanding (answered in order) when the broker is
+    # far (see ``copy.fetcher.FAR_RTT_S``): a long fat link idles for a round trip after every
+    # answer without them. A near broker gets one at a time, which costs less CPU and memory.
+    fetches_in_flight: int = 4
     produce_timeout_ms: int = 30_000
     fetch_wait_ms: int = 500
     # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster
@@ -36,6 +40,8 @@ class CopyOptions:
             raise ValueError("memory_budget must be at least 1 MiB")
         if self.connections_per_broker < 1:
             raise ValueError("connections_per_broker must be at least 1")
+        if self.fetches_in_flight < 1:
+            raise ValueError("fetches_in_flight must be at least 1")
 
     @property
     def fetch_bytes(self) -> int:

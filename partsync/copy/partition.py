@@ -2,7 +2,8 @@
 
 1. ``boundary``: before writing anything, every source that will serve a chunk must agree with
    the local log at its end (and with each other), else the partition is refused.
-2. ``fetcher``: threads fetch chunks as raw, CRC-checked batches under a byte budget.
+2. ``fetcher``: threads fetch the chunks, cut into byte-sized pieces (``pieces``), as raw,
+   CRC-checked batches under a byte budget, several fetches in flight per connection.
 3. ``appender``: batches are appended strictly in offset order and every answer is verified to
    put the batch at exactly the source's offset; on any mismatch writing stops at once.
 
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from partsync.copy.appender import append_in_order
 from partsync.copy.boundary import check_local_boundary, trim_bootstrap_head
 from partsync.copy.context import CopyContext, ProgressFn
-from partsync.copy.fetcher import ChunkStream, start_fetchers
+from partsync.copy.fetcher import plan_pieces, start_fetchers
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import ProducerSession, open_producer
 from partsync.errors import FencedError, PartsyncError, UnsafeError
@@ -36,14 +37,14 @@ log = logging.getLogger(__name__)
 def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession | None:
     last = check_local_boundary(ctx)
     trim_bootstrap_head(ctx)
-    streams = [ChunkStream(c, i) for i, c in enumerate(ctx.plan.chunks)]
-    fetchers = start_fetchers(ctx, streams)
+    pieces = plan_pieces(ctx)
+    fetchers = start_fetchers(ctx, pieces)
     try:
         # The caller's session (an owner continues its own), else a new one for this copy,
         # which also fences any other writer of the partition.
         if producer is None or not producer.usable:
             producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
-        append_in_order(ctx, streams, last, producer)
+        append_in_order(ctx, pieces.in_order(ctx.check_running), last, producer)
     finally:
         ctx.budget.close()
         ctx.close_all()

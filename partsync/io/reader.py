@@ -18,7 +18,15 @@ from partsync._kafka import PROBE_WAIT_MS, Connection, FetchedPartition, fetch_e
 from partsync.errors import ClusterError, CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, iter_batches
 
-__all__ = ["MAX_FETCH_BYTES", "Fetched", "batch_at", "checked", "read_batches", "read_fetches"]
+__all__ = [
+    "MAX_FETCH_BYTES",
+    "Fetched",
+    "RangeRead",
+    "batch_at",
+    "checked",
+    "read_batches",
+    "read_fetches",
+]
 
 # The largest single fetch the reader grows to when a batch does not fit.
 MAX_FETCH_BYTES = 64 << 20
@@ -64,6 +72,70 @@ def _verified(
         yield b
 
 
+class RangeRead:
+    """Where a read of ``[start, end)`` stands, and what each fetch answer means for it.
+
+    ``request()`` is the (offset, size) to fetch next; ``take(answer)`` applies the rules to one
+    answer and returns its batches inside the range. It does no I/O, so a blocking loop
+    (``read_fetches``) and a pipelined fetcher (several requests in flight on one connection)
+    apply the same rules. The range holds the batches whose *base* offset is below ``end``.
+    """
+
+    def __init__(
+        self, cluster: str, topic: str, partition: int, start: int, end: int, fetch_bytes: int
+    ) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.offset = start
+        self.end = end
+        self.size = fetch_bytes
+        # The least the next fetch must ask for: 4 times a fetch that held no whole batch.
+        self.least = 0
+        self.done = start >= end
+
+    def request(self) -> tuple[int, int]:
+        return self.offset, self.size
+
+    def take(self, answer: FetchedPartition | None, size: int | None = None) -> Fetched:
+        """The batches of one answer to a fetch of ``request()`` (``size``: the bytes that
+        fetch asked for, when the caller sized it itself)."""
+        asked = self.size if size is None else size
+        offset = self.offset
+        f = checked(answer, cluster=self.cluster, topic=self.topic, partition=self.partition,
+                    offset=offset)  # fmt: skip
+        got: list[Batch] = []
+        beyond = None
+        for b in _verified(f, offset, self.cluster, self.topic, self.partition):
+            if b.base_offset >= self.end:
+                self.done, beyond = True, b.base_offset
+                break
+            got.append(b)
+            offset = b.next_offset
+            if offset >= self.end:
+                self.done = True
+                break
+        self.offset = offset
+        if not got and not self.done:
+            if 0 <= f.high_watermark <= offset:
+                raise ClusterError(
+                    f"high watermark {f.high_watermark} fell below the range end {self.end} "
+                    "(truncated, or the leader changed)",
+                    cluster=self.cluster, topic=self.topic, partition=self.partition,
+                    offset=offset,
+                )  # fmt: skip
+            if asked >= MAX_FETCH_BYTES:
+                raise ClusterError(
+                    f"fetch returned no whole batch even with {asked} bytes",
+                    cluster=self.cluster, topic=self.topic, partition=self.partition,
+                    offset=offset,
+                )  # fmt: skip
+            # A batch bigger than the fetch: ask for more next time.
+            self.least = min(MAX_FETCH_BYTES, asked * 4)
+            self.size = max(self.size, self.least)
+        return Fetched(got, len(f.records), asked, beyond)
+
+
 def read_fetches(
     conn: Connection,
     cluster: str,
@@ -82,44 +154,15 @@ def read_fetches(
     stopping copy raises). The loop ends after the batch that reaches ``end`` or at the first
     batch whose base offset is ``end`` or beyond.
     """
-    offset = start
-    size = fetch_bytes
-    while offset < end:
+    read = RangeRead(cluster, topic, partition, start, end, fetch_bytes)
+    while not read.done:
+        offset, size = read.request()
         if before_fetch is not None:
             before_fetch(size)
         fetched = conn.fetch(
             topic, [(partition, offset, size)], max_wait_ms=wait_ms, min_bytes=1, max_bytes=size
         )
-        f = checked(fetched.get(partition), cluster=cluster, topic=topic, partition=partition,
-                    offset=offset)  # fmt: skip
-        got: list[Batch] = []
-        done = False
-        beyond = None
-        for b in _verified(f, offset, cluster, topic, partition):
-            if b.base_offset >= end:
-                done, beyond = True, b.base_offset
-                break
-            got.append(b)
-            offset = b.next_offset
-            if offset >= end:
-                done = True
-                break
-        yield Fetched(got, len(f.records), size, beyond)
-        if done:
-            return
-        if not got:
-            if 0 <= f.high_watermark <= offset:
-                raise ClusterError(
-                    f"high watermark {f.high_watermark} fell below the range end {end} "
-                    "(truncated, or the leader changed)",
-                    cluster=cluster, topic=topic, partition=partition, offset=offset,
-                )  # fmt: skip
-            if size >= MAX_FETCH_BYTES:
-                raise ClusterError(
-                    f"fetch returned no whole batch even with {size} bytes",
-                    cluster=cluster, topic=topic, partition=partition, offset=offset,
-                )  # fmt: skip
-            size = min(MAX_FETCH_BYTES, size * 4)  # a batch bigger than the fetch size
+        yield read.take(fetched.get(partition))
 
 
 def read_batches(

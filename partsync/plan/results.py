@@ -78,6 +78,7 @@ class PartitionResult:
             "batches_by_source": dict(self.batches_by_source),
             "reason": self.reason,
             "notes": list(self.notes),
+            "seconds": round(self.seconds, 3),
         }
 
 

@@ -87,7 +87,9 @@ def plan(
     type=click.IntRange(min=1, max=16),
     default=1,
     show_default=True,
-    help="TCP connections per source broker and partition (for long fat links).",
+    help="TCP connections per source broker and partition (for long fat links): the copy "
+    "cuts its range into byte-sized pieces that the connections share, each with up to 4 "
+    "fetches in flight.",
 )
 @click.option(
     "--parallelism",

@@ -511,6 +511,7 @@ class _Link:
         self._pending: dict[int, tuple[int, int, Any]] = {}
         self._order: collections.deque[int] = collections.deque()  # answers owed, in order
         self._ready: dict[int, bytes] = {}
+        self._fetches = 0  # Fetch requests forwarded and not yet answered
         self._finished = 0
         self._closed = False
         shape = proxy.shape
@@ -543,6 +544,9 @@ class _Link:
                         if step.forward is not None:
                             self._pending[cid] = (step.header.api_key, step.header.api_version,
                                                   step.context)  # fmt: skip
+                            if step.header.api_key == FETCH:
+                                self._fetches += 1
+                                self.proxy.saw_fetches_in_flight(self._fetches)
                     if step.forward is None:  # answered by the proxy alone
                         self.deliver_later(cid, step.answer(None), step.hold_s)
                 if step.forward is not None:
@@ -566,6 +570,8 @@ class _Link:
                 (cid,) = struct.unpack_from(">i", frame, 0)
                 with self._lock:
                     api = self._pending.pop(cid, None)
+                    if api is not None and api[0] == FETCH:
+                        self._fetches -= 1
                 if api is None:
                     self.proxy._error(f"response with unknown correlation id {cid}")
                     continue
@@ -675,6 +681,8 @@ class StrictProxy:
         self.requests: Counter[str] = Counter()  # api name -> requests seen
         self.metadata_rewritten = 0
         self.refused_connections = 0  # clients turned away while the broker was down
+        # The most Fetch requests one connection had unanswered at once (pipelining).
+        self.max_fetches_in_flight = 0
         # Kafka's behaviours on demand (tests/integration/kafka_semantics.py).
         self.kafka = KafkaSemantics()
         # Unanswered Produce requests: partition -> (link, correlation id) of the request.
@@ -700,6 +708,10 @@ class StrictProxy:
         """Client connections accepted (and forwarded) so far."""
         with self._lock:
             return self._count
+
+    def saw_fetches_in_flight(self, n: int) -> None:
+        with self._lock:
+            self.max_fetches_in_flight = max(self.max_fetches_in_flight, n)
 
     @property
     def produce_requests_seen(self) -> int:

@@ -265,11 +265,12 @@ REPORT_KEYS = {"topics", "seconds", "stopped"}
 # Present only when it applies: the run's group (issue 15), follow mode's --sync-groups (14),
 # the error that ended the run.
 OPTIONAL_REPORT_KEYS = {"group", "group_offsets", "error"}
-# "unreachable" (sources that did not answer) came with issue 13.
+# "unreachable" (sources that did not answer) came with issue 13; a partition's "seconds" with
+# issue 15.
 TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
-    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
+    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes", "seconds",
 }  # fmt: skip
 # "handed-over" came with group ownership and fencing (issue 5).
 # "stopped" replaced "error" for partitions a deadline or signal stopped (issue 13).
@@ -321,6 +322,7 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
             assert isinstance(p["notes"], list) and all(
                 isinstance(n, str) and n for n in p["notes"]
             )
+            assert isinstance(p["seconds"], float) and p["seconds"] >= 0, p
             assert p["local_end_after"] >= p["local_end_before"] >= 0, p
             if p["status"] == "in-sync":
                 assert p["local_end_before"] == p["local_end_after"] == p["target_end"], p

@@ -66,3 +66,29 @@ def test_a_sync_through_the_emulated_link_is_offset_identical(
         }
         proxy.assert_clean(require_produce=False)
     assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 2)
+
+
+def test_one_chunk_is_cut_into_pieces_that_k_connections_fetch_several_at_a_time(
+    source_a: Broker, local_broker: Broker, topic: str, tmp_path
+) -> None:
+    """Issue 15 goal 3: one partition, one chunk (the default --chunk-offsets), K=4. The copy
+    cuts the chunk into byte-sized pieces, so all four connections fetch, and each keeps
+    several fetches in flight; the copy is offset-identical however the answers interleave."""
+    create_topic(source_a.bootstrap, topic, 1)
+    create_topic(local_broker.bootstrap, topic, 1)
+    # ~3 MB in 16 KB batches: about 12 pieces of at least 8 batches each.
+    produce(source_a.bootstrap, topic, make_records(7000, seed=3, value_size=400),
+            compression="none", batch_size=16 << 10)  # fmt: skip
+    with StrictProxy(source_a.bootstrap, shape=LinkShape(4 * RATE, DELAY)) as proxy:
+        config = write_config(tmp_path / "partsync.toml", {"a": source_a, "local": local_broker},
+                              addresses={"a": proxy.bootstrap})  # fmt: skip
+        r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
+                    "--no-group", "--connections-per-broker", "4", "--json")  # fmt: skip
+        assert r.code == 0, r.stderr[-3000:]
+        assert by_partition(r.json, topic)[0]["local_end_after"] == 7000
+        # With K=1 a one-shot run opens 3 connections to the source (bootstrap and metadata,
+        # the boundary check, one fetcher); four fetchers make that at least 6.
+        assert proxy.connections_made >= 6, proxy.connections_made
+        assert proxy.max_fetches_in_flight >= 2, proxy.max_fetches_in_flight
+        proxy.assert_clean(require_produce=False)
+    assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 1)

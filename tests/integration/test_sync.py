@@ -343,6 +343,7 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str, broker_m
             assert set(p) == {
                 "partition", "status", "local_end_before", "local_end_after", "target_end",
                 "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
+                "seconds",
             }  # fmt: skip
     entries = check_report(doc)
     assert {k: e["status"] for k, e in entries.items()} == {

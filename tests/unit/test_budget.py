@@ -64,3 +64,18 @@ def test_a_head_fetch_larger_than_the_budget_runs_alone() -> None:
     shared = SharedBudget(100, reserve=10)
     assert Budget(1000, shared).acquire(500, 0)
     assert shared.used == 500
+
+
+def test_a_fetcher_with_answers_to_read_is_told_at_once_that_the_budget_is_full() -> None:
+    shared = SharedBudget(1000, reserve=100)
+    budget = Budget(300, shared)
+    budget.advance(5)
+    assert budget.acquire(300, piece=7)
+    # A prefetch that does not fit: without wait the answer is immediate, and nothing is held.
+    assert not budget.acquire(10, piece=8, wait=False)
+    assert budget.used == 300 and shared.used == 300
+    assert budget.acquire(10, piece=5, wait=False)  # the head still moves
+    # The process budget says no at once too.
+    other = Budget(10_000, shared)
+    assert not other.acquire(700, piece=1, wait=False)
+    assert shared.used == 310
