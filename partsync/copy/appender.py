@@ -81,10 +81,15 @@ def append_in_order(
     sender = _Sender(ctx, writer, inflight, slot, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
+    # The boundary batch of an empty piece (a batch from before it covered it all): the next
+    # piece of the chunk may start past that batch and bring none, so it is checked there.
+    carried: Batch | None = None
     try:
         for stream in streams:
             ctx.budget.advance(stream.index)
             source = stream.chunk.source
+            if stream.first:
+                carried = None
             first = True
             while True:
                 ctx.check_running()
@@ -93,12 +98,15 @@ def append_in_order(
                 except queue.Empty:
                     continue
                 if item is END:
-                    break  # an empty piece (a straddling batch covered it) has nothing to check
+                    if first and stream.boundary is not None:
+                        carried = stream.boundary  # empty: a straddling batch covered it
+                    break
                 assert isinstance(item, Batch)
                 b = item
                 if first:
                     first = False
-                    _check_agreement(stream, last, last_source)
+                    _check_agreement(source, stream.boundary or carried, last, last_source)
+                    carried = None
                 if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
                     # The mirror starts at the sources' log start: fill up to this batch, then
                     # move the local log start past the fillers, before the first copied batch.
@@ -229,19 +237,18 @@ def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
     return expected
 
 
-def _check_agreement(stream: Piece, last: Batch | None, last_source: str) -> None:
+def _check_agreement(source: str, b: Batch | None, last: Batch | None, last_source: str) -> None:
     """Before using a piece's source, its copy of the previous batch must equal ours (for a
     piece after the first of a chunk: the batch straddling the cut, which came in the piece
-    before)."""
-    b = stream.boundary
+    before). ``b`` is ``source``'s batch just below the piece."""
     if b is None or last is None:
         return
     if b.base_offset != last.base_offset or b.digest() != last.digest():
         raise DivergenceError(
-            f"sources disagree: {stream.chunk.source}'s batch {b.base_offset}..{b.last_offset} "
+            f"sources disagree: {source}'s batch {b.base_offset}..{b.last_offset} "
             f"differs from {last_source}'s batch {last.base_offset}..{last.last_offset} already "
             "appended; refusing to mix them",
-            cluster=stream.chunk.source, offset=b.base_offset,
+            cluster=source, offset=b.base_offset,
         )  # fmt: skip
 
 

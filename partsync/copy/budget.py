@@ -8,6 +8,7 @@ bytes stay bounded however many partitions run at once.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 __all__ = ["Budget", "SharedBudget", "shared_budget"]
 
@@ -27,12 +28,23 @@ class SharedBudget:
         self.peak = 0
         self._cv = threading.Condition()
 
-    def acquire(self, n: int, head: bool, closed: threading.Event, wait: bool = True) -> bool:
+    def acquire(
+        self,
+        n: int,
+        head: bool | Callable[[], bool],
+        closed: threading.Event,
+        wait: bool = True,
+    ) -> bool:
         """Reserve ``n`` bytes (for a head piece or a prefetch); False once ``closed`` is set,
-        or at once without ``wait`` if they do not fit now."""
-        cap = self.limit if head else self.limit - self.reserve
+        or at once without ``wait`` if they do not fit now. ``head`` may be asked again while
+        waiting: a prefetch that becomes its copy's head meanwhile gets the head's room."""
+
+        def cap() -> int:
+            is_head = head() if callable(head) else head
+            return self.limit if is_head else self.limit - self.reserve
+
         with self._cv:
-            while not closed.is_set() and self.used + n > cap and self.used > 0:
+            while not closed.is_set() and self.used + n > cap() and self.used > 0:
                 if not wait:
                     return False
                 self._cv.wait(0.5)
@@ -91,7 +103,8 @@ class Budget:
                 return False
             head = piece == self.head
         # Outside our lock: the appender must be able to advance and release meanwhile.
-        if self.parent is not None and not self.parent.acquire(n, head, self._closed, wait):
+        is_head = (lambda: True) if head else (lambda: piece == self.head)
+        if self.parent is not None and not self.parent.acquire(n, is_head, self._closed, wait):
             return False
         with self._cv:
             if self.closed:  # closed meanwhile: close() did not count these bytes

@@ -144,16 +144,16 @@ class _Fetcher:
                     self.ready.pop(0)
                     self._complete(r)  # a batch of the piece before covers this one
                     continue
+            if self.conn is None:
+                self.conn = self.ctx.open(self.ctx.sources[self.source])
+                if self.conn.setup_rtt >= FAR_RTT_S:
+                    self.depth = max(1, self.ctx.opts.fetches_in_flight)
             r.size = self._size_for(r)
             self.ctx.check_running()
             if not self.ctx.budget.acquire(r.size, r.piece.index, wait=idle):
                 if self.ctx.budget.closed:
                     raise Stop()
                 return  # the budget is full: read answers first
-            if self.conn is None:
-                self.conn = self.ctx.open(self.ctx.sources[self.source])
-                if self.conn.setup_rtt >= FAR_RTT_S:
-                    self.depth = max(1, self.ctx.opts.fetches_in_flight)
             offset, _ = r.read.request()
             try:
                 self.conn.send_fetch(self.ctx.topic, [(self.ctx.partition, offset, r.size)],

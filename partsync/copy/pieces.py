@@ -196,8 +196,11 @@ class SourceWork:
                 size = piece_bytes(remaining, self._share, self.avg_batch, self.fetch_bytes)
                 end = min(cut.chunk.end, start + max(1, int(size / max(density, 1e-9))))
                 piece = Piece(cut.chunk, cut.chunk_no, start, end, start == cut.chunk.start)
-                cut.next_start = end
+            # Listed before the cut moves past it: the appender (under another lock) must never
+            # see a chunk carved to its end without its last piece.
             cut.pieces.append(piece)
+            if piece.end is not None:
+                cut.next_start = piece.end
             self._open[fetcher] = (self._open[fetcher] or 0) + 1
         self._on_carve()
         return piece

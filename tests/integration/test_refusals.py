@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from partsync._kafka import Connection
 from partsync.demo.data import assert_partitions_identical, create_topic, produce
 from partsync.plan.topic_rules import UNLIMITED_MS
 from tests.conftest import CliResult
@@ -476,6 +477,47 @@ def test_sources_that_disagree_in_the_middle_are_never_mixed(
     }
     assert got in prefixes.values(), "the local log mixes the two sources"
     assert end < 200, "copied past the range where the sources disagree"
+
+
+def test_sources_that_disagree_on_a_batch_that_covers_a_whole_piece_are_never_mixed(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """The copy cuts chunks into byte-sized pieces (issue 15). a and b hold the same records
+    except batch B, 700 tiny records at offsets 1000..1699, which they disagree on. With chunks
+    of 500 offsets, a serves [1000, 1500) and appends its B. b serves [1500, 2000), and b's first
+    piece there (about 128 offsets of 2 KB records) lies wholly inside B. So that piece brings
+    only b's B, as its boundary batch, and the next piece starts after B. b's B must still be
+    compared with a's B before anything of b's follows it."""
+    for n in ("a", "b", "local"):
+        create_topic(clusters.bootstrap(n), topic, 1)
+
+    def fill(name: str, tiny: bytes) -> None:
+        broker = clusters[name]
+        with Connection(broker.host, broker.port, cluster=name) as conn:
+
+            def put(recs: list[bytes]) -> None:
+                conn.send_produce(topic, {0: raw_batch(recs, len(recs) - 1)}, acks=-1)
+                assert conn.receive_produce()[0].error_code == 0
+
+            def big(i: int) -> list[bytes]:
+                return [raw_record(d, b"k", bytes([i % 251]) * 2000) for d in range(10)]
+
+            for i in range(100):  # offsets 0..999, 20 KB batches
+                put(big(i))
+            put([raw_record(d, b"k", tiny) for d in range(700)])  # B: offsets 1000..1699
+            for i in range(100, 180):  # offsets 1700..2499
+                put(big(i))
+
+    fill("a", b"aaaaaaaa")
+    fill("b", b"bbbbbbbb")
+    assert ends(clusters["a"], topic, 1) == ends(clusters["b"], topic, 1) == {0: 2500}
+
+    r = _sync(psync, topic, "a,b", "--chunk-offsets", "500")
+
+    assert r.code == 3, r.stderr[-3000:]
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "unsafe" and "disagree" in e["reason"], e
+    assert ends(clusters["local"], topic, 1) == {0: 1700}  # a's B, and nothing of b's after it
 
 
 def _lat_source(clusters: Clusters, topic: str) -> tuple[str, int, str] | None:

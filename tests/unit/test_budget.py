@@ -79,3 +79,18 @@ def test_a_fetcher_with_answers_to_read_is_told_at_once_that_the_budget_is_full(
     other = Budget(10_000, shared)
     assert not other.acquire(700, piece=1, wait=False)
     assert shared.used == 310
+
+
+def test_a_prefetch_waiting_for_the_process_budget_gets_the_heads_room_once_it_is_the_head() -> None:
+    shared = SharedBudget(100, reserve=30)
+    budget = Budget(1000, shared)
+    budget.advance(1)
+    assert budget.acquire(70, piece=1)  # the head holds 70: prefetches are at their cap
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(budget.acquire(20, piece=2)), daemon=True)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()  # piece 2 is a prefetch: 70 + 20 > 100 - 30
+    budget.advance(2)  # piece 1 appended (its bytes stay held here): piece 2 is the head now
+    t.join(2)
+    assert got == [True] and shared.used == 90
