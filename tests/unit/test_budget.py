@@ -81,7 +81,9 @@ def test_a_fetcher_with_answers_to_read_is_told_at_once_that_the_budget_is_full(
     assert shared.used == 310
 
 
-def test_a_prefetch_waiting_for_the_process_budget_gets_the_heads_room_once_it_is_the_head() -> None:
+def test_a_prefetch_waiting_for_the_process_budget_gets_the_heads_room_once_it_is_the_head() -> (
+    None
+):
     shared = SharedBudget(100, reserve=30)
     budget = Budget(1000, shared)
     budget.advance(1)
