@@ -14,7 +14,7 @@ import ssl
 import struct
 import threading
 import time
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -147,12 +147,34 @@ def _ssl_context(sec: Security) -> ssl.SSLContext:
     return ctx
 
 
+class _Answer:
+    """Where a ``call`` finds its response, read by whichever caller was reading."""
+
+    __slots__ = ("done", "error", "response")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.response: Any = None
+        self.error: ClusterError | None = None
+
+
+class _Pending(NamedTuple):
+    correlation_id: int
+    response_cls: Any
+    version: int
+    api: str
+    answer: _Answer | None  # None: read by ``receive()``
+
+
 class BrokerConnection:
     """A blocking connection to one broker with pipelining.
 
     ``send()`` writes a request and returns at once; ``receive()`` returns the responses in the
     order the requests were sent (Kafka answers in order on one connection). Sending and
-    receiving may happen on two threads. ``call()`` is send + receive for one-off requests.
+    receiving may happen on two threads. ``call()`` is send + receive for one-off requests; many
+    threads' calls are in flight at once on a shared connection (whichever caller is reading
+    hands each response to its caller). A connection is used either with ``call()`` or with
+    ``send()``/``receive()``, never both at once.
     """
 
     def __init__(
@@ -174,9 +196,8 @@ class BrokerConnection:
         self._security = security or Security()
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
-        self._call_lock = threading.Lock()
         self.last_throttle_ms = 0  # from the last Fetch answer (requests.Connection)
-        self._pending: collections.deque[tuple[int, Any, int, str]] = collections.deque()
+        self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
         self._versions: dict[str, int] = {}
         # Set once the socket is closed (by us or after an I/O error): the connection is out of
@@ -225,7 +246,7 @@ class BrokerConnection:
         """Whether the broker offers a version of ``api`` partsync speaks."""
         return api in self._versions
 
-    def send(self, api: str, request: Any) -> None:
+    def send(self, api: str, request: Any, _answer: _Answer | None = None) -> None:
         _req_cls, resp_cls, _lo, _hi = _PREFERRED.get(api, (None, None, 0, 0))
         version = self._versions.get(api, 0)
         with self._send_lock:
@@ -237,7 +258,7 @@ class BrokerConnection:
             # batches are copied once (into the buffer), not three times.
             with EncodeBufferPool.acquire() as out:
                 _encode_framed_into(request, out)
-                self._pending.append((cid, resp_cls, version, api))
+                self._pending.append(_Pending(cid, resp_cls, version, api, _answer))
                 try:
                     with memoryview(out.buf)[: out.pos] as data:
                         self._sock.sendall(data)
@@ -246,32 +267,59 @@ class BrokerConnection:
 
     def receive(self) -> Any:
         with self._recv_lock:
-            cid, resp_cls, version, api = self._pending.popleft()
-            try:
-                head = self._read_exact(4)
-                (size,) = _SIZE.unpack(head)
-                body = self._read_exact(size)
-            except OSError as e:
-                raise self._io_error(f"reading {api} response", e) from e
-            (got,) = _SIZE.unpack_from(body, 0)
-            if got != cid:
-                self.close()
-                raise ClusterError(
-                    f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
-                    cluster=self.cluster,
-                )
-            if api == "ApiVersions" or resp_cls.flexible_version_q(version):
-                return resp_cls.decode(body, version=version, header=True)
-            # A non-flexible response header is just the correlation id, checked above. Decoding
-            # it with header=True would copy the whole body (a Fetch response's batches) first.
-            return resp_cls.decode(memoryview(body)[4:], version=version, header=False)
+            pending = self._pending.popleft()
+            if pending.answer is not None:
+                raise RuntimeError("receive() on a connection used for call()")
+            return self._read_response(pending)
+
+    def _read_response(self, pending: _Pending) -> Any:
+        cid, resp_cls, version, api, _answer = pending
+        try:
+            head = self._read_exact(4)
+            (size,) = _SIZE.unpack(head)
+            body = self._read_exact(size)
+        except OSError as e:
+            raise self._io_error(f"reading {api} response", e) from e
+        (got,) = _SIZE.unpack_from(body, 0)
+        if got != cid:
+            self.close()
+            raise ClusterError(
+                f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
+                cluster=self.cluster,
+            )
+        if api == "ApiVersions" or resp_cls.flexible_version_q(version):
+            return resp_cls.decode(body, version=version, header=True)
+        # A non-flexible response header is just the correlation id, checked above. Decoding
+        # it with header=True would copy the whole body (a Fetch response's batches) first.
+        return resp_cls.decode(memoryview(body)[4:], version=version, header=False)
 
     def call(self, api: str, request: Any) -> Any:
-        # One-off calls hold both halves so two threads' calls cannot swap responses; a
-        # connection used for pipelining (send/receive on separate threads) makes no calls.
-        with self._call_lock:
-            self.send(api, request)
-            return self.receive()
+        """Send ``request`` and return its response. Other threads' calls may be in flight on
+        the connection at the same time: whichever caller holds the reading side reads the
+        responses in order and hands each to its caller, until its own has come."""
+        mine = _Answer()
+        self.send(api, request, mine)
+        with self._recv_lock:
+            while not mine.done:
+                pending = self._pending.popleft()
+                answer = pending.answer
+                if answer is None:
+                    raise RuntimeError("call() on a connection used for receive()")
+                try:
+                    answer.response = self._read_response(pending)
+                except ClusterError as e:  # the connection is closed: every later call fails too
+                    answer.error = e
+                except Exception as e:  # noqa: BLE001 - an answer that does not decode
+                    self.close()
+                    answer.error = ClusterError(
+                        f"reading {pending.api} response from broker {self.host}:{self.port} "
+                        f"failed: {e!r}",
+                        cluster=self.cluster,
+                    )
+                answer.done = True
+        if mine.error is not None:
+            raise mine.error
+        return mine.response
 
     @property
     def in_flight(self) -> int:
@@ -311,7 +359,7 @@ class BrokerConnection:
     def _negotiate_versions(self) -> None:
         self._versions["ApiVersions"] = 0
         req = ApiVersionsRequest()
-        self._pending.append((0, ApiVersionsResponse, 0, "ApiVersions"))
+        self._pending.append(_Pending(0, ApiVersionsResponse, 0, "ApiVersions", None))
         req.API_VERSION = 0
         req.with_header(correlation_id=0, client_id=self.client_id)
         self._sock.sendall(req.encode(header=True, framed=True))

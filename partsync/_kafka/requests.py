@@ -92,6 +92,32 @@ class ProducedPartition:
     error_message: str | None
 
 
+def _fetch_request(
+    topic: str, wanted: list[tuple[int, int, int]], max_wait_ms: int, min_bytes: int, max_bytes: int
+) -> FetchRequest:
+    P = FetchRequest.FetchTopic.FetchPartition
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    P(partition=p, fetch_offset=o, partition_max_bytes=m, log_start_offset=-1)
+                    for p, o, m in wanted
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
 class Connection(BrokerConnection, GroupRequests, AdminRequests):
     """A broker connection with partsync's typed requests."""
 
@@ -168,34 +194,16 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
     ) -> None:
         """Send a Fetch for (partition, offset, partition_max_bytes) triples; read it with
         ``receive_fetch``. min_bytes >= 1: Tansu answers min_bytes=0 with no partitions."""
-        P = FetchRequest.FetchTopic.FetchPartition
-        req = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        P(partition=p, fetch_offset=o, partition_max_bytes=m, log_start_offset=-1)
-                        for p, o, m in wanted
-                    ],
-                )
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
-        self.send("Fetch", req)
+        self.send("Fetch", _fetch_request(topic, wanted, max_wait_ms, min_bytes, max_bytes))
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
         """The answer to ``send_fetch``; ``last_throttle_ms`` keeps how long the broker asked
         this client to wait before its next request (a quota)."""
-        resp = self.receive()
-        self.last_throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)
+        out, self.last_throttle_ms = self._fetch_answer(self.receive())
+        return out
+
+    def _fetch_answer(self, resp: Any) -> tuple[dict[int, FetchedPartition], int]:
+        throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)
         if getattr(resp, "error_code", 0):
             raise_for_code(resp.error_code, "Fetch", cluster=self.cluster)
         out: dict[int, FetchedPartition] = {}
@@ -208,26 +216,31 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
                     p.log_start_offset,
                     p.records or b"",
                 )
-        return out
+        return out, throttle_ms
 
     def fetch(
-        self, topic: str, wanted: list[tuple[int, int, int]], **kw: Any
+        self,
+        topic: str,
+        wanted: list[tuple[int, int, int]],
+        *,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 64 << 20,
     ) -> dict[int, FetchedPartition]:
-        """Send a Fetch and read its answer. A throttled answer (KIP-219: the broker answers a
-        client over its quota at once, without the partitions, with ``throttle_time_ms``, and
-        reads nothing more from it until that time has passed) is waited out and asked again,
-        for up to ``THROTTLE_WAIT_LIMIT_S`` in all; then the partial answer is returned."""
-        # Held like call(): on a shared connection, two threads' fetches must not swap answers.
+        """A Fetch as a ``call`` (on a shared connection, alongside other threads' calls). A
+        throttled answer (KIP-219: the broker answers a client over its quota at once, without
+        the partitions, with ``throttle_time_ms``, and reads nothing more from it until that
+        time has passed) is waited out and asked again, for up to ``THROTTLE_WAIT_LIMIT_S`` in
+        all; then the partial answer is returned."""
         waited = 0.0
-        with self._call_lock:
-            while True:
-                self.send_fetch(topic, wanted, **kw)
-                out = self.receive_fetch()
-                pause = min(self.last_throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
-                if pause <= 0 or all(p in out for p, _o, _m in wanted):
-                    return out
-                time.sleep(pause)
-                waited += pause
+        while True:
+            req = _fetch_request(topic, wanted, max_wait_ms, min_bytes, max_bytes)
+            out, throttle_ms = self._fetch_answer(self.call("Fetch", req))
+            pause = min(throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
+            if pause <= 0 or all(p in out for p, _o, _m in wanted):
+                return out
+            time.sleep(pause)
+            waited += pause
 
     def send_produce(
         self,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from partsync._kafka import (
     COORDINATOR_RETRY_CODES,
@@ -35,6 +35,7 @@ from partsync.errors import (
 )
 from partsync.io import topic_admin
 from partsync.io.bounds import read_bounds, read_log_ends
+from partsync.io.coalesce import Coalescer
 from partsync.io.writer import SharedWriter
 from partsync.plan.comparator import Bounds
 from partsync.retry import Backoff
@@ -43,6 +44,8 @@ __all__ = ["Cluster", "TopicInfo"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 
 
 # InitProducerId answers worth asking again: a coordinator loading, moving or not there yet,
@@ -78,6 +81,10 @@ class Cluster:
         self._bootstrap: Connection | None = None
         self._bootstrap_next = 0
         self._metadata: Metadata | None = None
+        # TopicInfo per topic of the current metadata (rebuilt when metadata is refreshed):
+        # per-partition callers ask for it often, and building it is O(partitions).
+        self._topics: tuple[Metadata | None, dict[str, TopicInfo | None]] = (None, {})
+        self._coalescers: dict[Hashable, Coalescer[Any, Any]] = {}
 
     # -- connections --------------------------------------------------------------------------
 
@@ -126,6 +133,17 @@ class Cluster:
                 conn = self._connect(info.host, info.port)
                 self._conns[node_id] = conn
             return conn
+
+    def coalescer(
+        self, key: Hashable, ask: Callable[[list[_K]], Mapping[_K, _V]]
+    ) -> Coalescer[_K, _V]:
+        """The cluster's ``Coalescer`` named ``key`` (made with ``ask`` the first time): one
+        request to a broker for every thread asking the same kind of question at once."""
+        with self._lock:
+            c = self._coalescers.get(key)
+            if c is None:
+                c = self._coalescers[key] = Coalescer(ask)
+            return c
 
     def connect_to(
         self, broker: BrokerInfo, *, timeout: float | None = None, client_id: str | None = None
@@ -257,6 +275,15 @@ class Cluster:
     def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
         """Partition count and leaders, or None when the topic does not exist."""
         md = self.metadata(refresh=refresh)
+        cached_md, infos = self._topics
+        if cached_md is not md:
+            infos = {}
+            self._topics = (md, infos)
+        if name not in infos:
+            infos[name] = self._topic_info(md, name)
+        return infos[name]
+
+    def _topic_info(self, md: Metadata, name: str) -> TopicInfo | None:
         t: TopicMeta | None = md.topics.get(name)
         if t is None or t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return None

@@ -123,27 +123,43 @@ def copy_round(
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
     on_plan: Callable[[PartitionPlan], None] | None = None,
+    first: bool = False,
 ) -> tuple[PartitionResult, ProducerSession | None]:
     """One round: re-plan, take the partition over if about to write, copy. Returns the result
-    and the session to continue with (None after a failure: the broker's sequence is unknown)."""
+    and the session to continue with (None after a failure: the broker's sequence is unknown).
+
+    ``first``: the round right after the driver planned, which reuses the plan's bounds up to
+    the fence."""
     local = pool.get(task.local)
     sources = {ref.name: pool.get(ref) for ref in task.sources}
     try:
-        plan = refresh_plan(task, local, sources)
-        if (
-            plan.condition is Condition.BEHIND
-            and session is not None
-            and session.usable
-            and session.older_than(task.options.fencing_renew_s)
-        ):
-            session = renew_producer(local, task.plan.topic, task.plan.partition, session)
-            plan = refresh_plan(task, local, sources, dict(plan.sources))
-        if plan.condition is Condition.BEHIND and (session is None or not session.usable):
-            # About to write: take the partition over first (the new producer epoch fences any
-            # earlier writer), then read the local end again, after the fence.
+        if first and task.plan.condition is Condition.BEHIND and session is None:
+            # The driver just read every bound this plan needs: take the partition over at
+            # once and read only the local end again, after the fence (many partitions' reads
+            # of the sources would otherwise all be made twice).
             session = open_producer(local, task.plan.topic, task.plan.partition,
                                     task.options.fencing)  # fmt: skip
-            plan = refresh_plan(task, local, sources, dict(plan.sources))
+            plan = refresh_plan(task, local, sources, dict(task.plan.sources))
+            if plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND:
+                # The local log moved since the driver planned (another writer, an earlier
+                # attempt): the sources' bounds are read again too, so both sides are fresh.
+                plan = refresh_plan(task, local, sources)
+        else:
+            plan = refresh_plan(task, local, sources)
+            if (
+                plan.condition is Condition.BEHIND
+                and session is not None
+                and session.usable
+                and session.older_than(task.options.fencing_renew_s)
+            ):
+                session = renew_producer(local, task.plan.topic, task.plan.partition, session)
+                plan = refresh_plan(task, local, sources, dict(plan.sources))
+            if plan.condition is Condition.BEHIND and (session is None or not session.usable):
+                # About to write: take the partition over first (the new producer epoch fences
+                # any earlier writer), then read the local end again, after the fence.
+                session = open_producer(local, task.plan.topic, task.plan.partition,
+                                        task.options.fencing)  # fmt: skip
+                plan = refresh_plan(task, local, sources, dict(plan.sources))
     except FencedError as e:  # another writer initialised the partition's transactional id
         return _unplanned(task).with_status(Status.HANDED_OVER, str(e), e), None
     except PartsyncError as e:
@@ -238,10 +254,10 @@ def run_partition(
         if hooks.slots is not None:
             with hooks.slots:
                 result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                             on_plan=hooks.on_plan)  # fmt: skip
+                                             on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
         else:
             result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                         on_plan=hooks.on_plan)  # fmt: skip
+                                         on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
         if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
             result = _interrupted(result, hooks)
         if hooks.on_round is not None:

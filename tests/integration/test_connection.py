@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from partsync._kafka import Connection
+from partsync._kafka import LATEST, Connection
 from partsync.config import Config
 from partsync.demo import data
+from partsync.errors import ClusterError
 from partsync.io.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -47,3 +49,58 @@ def test_a_dropped_shared_connection_is_replaced(source_a, topic) -> None:
         second = c.broker_conn(leader)
         assert second is not first and not second.closed
         assert c.bounds(topic, [0])[0].end == 0
+
+
+def _wait_for(cond, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
+def test_one_off_calls_of_several_threads_are_in_flight_together(source_a, topic) -> None:
+    """A call does not hold the connection for its whole round trip: while one caller is
+    reading (here the test holds the reading side), the others' requests are sent behind it,
+    and each caller then gets its own answer."""
+    parts = 3
+    data.create_topic(source_a.bootstrap, topic, parts)
+    for p in range(parts):
+        data.produce(source_a.bootstrap, topic, data.make_records(p + 2, seed=p, partition=p))
+    with Connection(source_a.host, source_a.port, cluster="a") as conn:
+        got: dict[int, int] = {}
+
+        def ask(p: int) -> None:
+            answer = conn.fetch(topic, [(p, 0, 1 << 16)], max_wait_ms=100, min_bytes=1)
+            got.update((q, f.high_watermark) for q, f in answer.items())
+
+        with conn._recv_lock:  # a caller reading a slow answer
+            threads = [threading.Thread(target=ask, args=(p,)) for p in range(parts)]
+            for t in threads:
+                t.start()
+            _wait_for(lambda: conn.in_flight == parts, f"{parts} requests in flight")
+        for t in threads:
+            t.join(10)
+    assert got == {p: p + 2 for p in range(parts)}
+
+
+def test_calls_in_flight_on_a_connection_that_drops_all_fail_and_none_hangs(source_a, topic) -> None:
+    data.create_topic(source_a.bootstrap, topic, 1)
+    with Connection(source_a.host, source_a.port, cluster="a") as conn:
+        errors: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                conn.list_offsets(topic, [0], LATEST)
+            except ClusterError as e:
+                errors.append(e)
+
+        with conn._recv_lock:
+            threads = [threading.Thread(target=ask) for _ in range(3)]
+            for t in threads:
+                t.start()
+            _wait_for(lambda: conn.in_flight == 3, "3 requests in flight")
+            conn.close()  # as a broker dropping it, or a stop interrupting the calls
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 3
