@@ -83,7 +83,9 @@ def test_one_off_calls_of_several_threads_are_in_flight_together(source_a, topic
     assert got == {p: p + 2 for p in range(parts)}
 
 
-def test_calls_in_flight_on_a_connection_that_drops_all_fail_and_none_hangs(source_a, topic) -> None:
+def test_calls_in_flight_on_a_connection_that_drops_all_fail_and_none_hangs(
+    source_a, topic
+) -> None:
     data.create_topic(source_a.bootstrap, topic, 1)
     with Connection(source_a.host, source_a.port, cluster="a") as conn:
         errors: list[BaseException] = []
