@@ -115,16 +115,29 @@ class GroupRequests:
         self, key: str, key_type: int = GROUP_KEY
     ) -> tuple[int, BrokerInfo | None]:
         """(error code, coordinator) for a group (``GROUP_KEY``) or transactional id (``TXN_KEY``)."""
+        return self.find_coordinators([key], key_type)[key]
+
+    def find_coordinators(
+        self, keys: list[str], key_type: int = GROUP_KEY
+    ) -> dict[str, tuple[int, BrokerInfo | None]]:
+        """``find_coordinator`` for several keys: one request where the broker takes a batch
+        (FindCoordinator v4+, KIP-699), else one request per key."""
+        out: dict[str, tuple[int, BrokerInfo | None]] = {}
         if self.version("FindCoordinator") >= 4:
             resp = self.call(
-                "FindCoordinator", FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+                "FindCoordinator", FindCoordinatorRequest(key_type=key_type, coordinator_keys=keys)
             )
-            c = resp.coordinators[0]
-            code, node, host, port = c.error_code, c.node_id, c.host, c.port
-        else:
-            resp = self.call("FindCoordinator", FindCoordinatorRequest(key=key, key_type=key_type))
+            for c in resp.coordinators:
+                found = BrokerInfo(c.node_id, c.host, c.port) if not c.error_code else None
+                out[c.key] = (c.error_code, found)
+            for k in keys:  # a key left out of the answer: a coordinator not available
+                out.setdefault(k, (ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
+            return out
+        for k in keys:
+            resp = self.call("FindCoordinator", FindCoordinatorRequest(key=k, key_type=key_type))
             code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-        return code, (BrokerInfo(node, host, port) if not code else None)
+            out[k] = (code, BrokerInfo(node, host, port) if not code else None)
+        return out
 
     def join_group(
         self,

@@ -145,7 +145,8 @@ def append_in_order(
         inflight.put(None)
         verifier.join(timeout=max(0.0, deadline - time.monotonic()))
         ctx.budget.close()
-        ctx.close_all()
+        if ctx.failed.is_set():
+            ctx.close_all()  # wakes fetchers blocked on a connection
         verifier.join(timeout=5)
         # Only a clean copy leaves the broker's sequence where we think it is.
         session.sequence = sender.sequence

@@ -85,7 +85,7 @@ class CopyContext:
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be
         # in the log, and if the next round finds the log ending exactly there, it was ours.
         self.unconfirmed_end: int | None = None
-        self._conns: list[Connection] = []
+        self._conns: list[tuple[Cluster, Connection]] = []
         self._conns_lock = threading.Lock()
 
     def fail(self, err: PartsyncError) -> None:
@@ -108,17 +108,27 @@ class CopyContext:
             raise Stop()
 
     def open(self, cluster: Cluster) -> Connection:
-        """A dedicated connection to the partition's leader on ``cluster``, closed at the end."""
+        """A dedicated connection to the partition's leader on ``cluster``, closed (or given
+        back, ``release_all``) at the end."""
         conn = cluster.connect_leader(self.topic, self.partition)
         with self._conns_lock:
-            self._conns.append(conn)
+            self._conns.append((cluster, conn))
         return conn
 
     def close_all(self) -> None:
+        """Close every connection of the copy (which also wakes any thread blocked on one)."""
         with self._conns_lock:
-            for c in self._conns:
+            for _cluster, c in self._conns:
                 c.close()
             self._conns.clear()
+
+    def release_all(self) -> None:
+        """Give the copy's connections back to their clusters for the next copy (once no
+        thread uses them); any with a request in flight is closed."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for cluster, c in conns:
+            cluster.release(c)
 
     def confirmed(self, source: str, size: int, next_offset: int) -> None:
         """Count one verified append."""

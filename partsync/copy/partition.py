@@ -47,9 +47,14 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
         append_in_order(ctx, pieces.in_order(ctx.check_running), last, producer)
     finally:
         ctx.budget.close()
-        ctx.close_all()
+        if ctx.failed.is_set():
+            ctx.close_all()  # wakes fetchers blocked on a connection
         for t in fetchers:
             t.join(timeout=5)
+        if any(t.is_alive() for t in fetchers):
+            ctx.close_all()
+        else:
+            ctx.release_all()  # clean connections serve the next copy
     return producer
 
 

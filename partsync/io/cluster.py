@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
@@ -45,6 +46,10 @@ __all__ = ["Cluster", "TopicInfo"]
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _K = TypeVar("_K", bound=Hashable)
+# Idle dedicated connections kept per broker, and for how long one is reused: well within
+# the broker's connections.max.idle.ms (10 minutes), after which it closes them itself.
+_IDLE_MAX = 32
+_IDLE_REUSE_S = 60.0
 _V = TypeVar("_V")
 
 
@@ -85,6 +90,9 @@ class Cluster:
         # per-partition callers ask for it often, and building it is O(partitions).
         self._topics: tuple[Metadata | None, dict[str, TopicInfo | None]] = (None, {})
         self._coalescers: dict[Hashable, Coalescer[Any, Any]] = {}
+        # Dedicated connections a finished copy gave back, by broker address, with the time
+        # they were given back: the next copy to that broker takes one instead of connecting.
+        self._idle: dict[tuple[str, int], list[tuple[float, Connection]]] = {}
 
     # -- connections --------------------------------------------------------------------------
 
@@ -159,8 +167,14 @@ class Cluster:
         loading, not available yet or moved is asked for again until ``timeout``; the last error
         code comes back when it runs out (or at once for any other error)."""
         backoff = Backoff(0.1, 1.0, deadline=timeout)
+
+        def ask(keys: list[str]) -> dict[str, tuple[int, BrokerInfo | None]]:
+            return self._bootstrap_call(lambda c: c.find_coordinators(keys, key_type))
+
+        # Many partitions' writers each look up their transactional id's coordinator at once.
+        finder = self.coalescer(("FindCoordinator", key_type), ask)
         while True:
-            code, coord = self._bootstrap_call(lambda c: c.find_coordinator(key, key_type))
+            code, coord = finder.get(key)
             if not code or code not in COORDINATOR_RETRY_CODES or not backoff.wait():
                 return code, coord
 
@@ -207,10 +221,39 @@ class Cluster:
         return min(self.metadata().brokers)
 
     def connect_leader(self, topic: str, partition: int) -> Connection:
-        """A new dedicated connection to a partition's leader (for a copy pipeline)."""
+        """A dedicated connection to a partition's leader (for a copy pipeline): one given back
+        by an earlier copy (``release``), or a new one."""
         leader = self.leader(topic, partition)
         info = self.metadata().brokers[leader]
-        return self._connect(info.host, info.port)
+        return self._take_idle((info.host, info.port)) or self._connect(info.host, info.port)
+
+    def release(self, conn: Connection) -> None:
+        """A dedicated connection its copy is done with: kept for the next copy to the same
+        broker if it is clean (open, nothing in flight), else closed."""
+        if conn.closed or conn.in_flight:
+            conn.close()
+            return
+        with self._lock:
+            idle = self._idle.setdefault((conn.host, conn.port), [])
+            if len(idle) < _IDLE_MAX:
+                idle.append((time.monotonic(), conn))
+                return
+        conn.close()
+
+    def _take_idle(self, addr: tuple[str, int]) -> Connection | None:
+        stale = []
+        found = None
+        with self._lock:
+            idle = self._idle.get(addr, [])
+            while idle and found is None:
+                since, conn = idle.pop()
+                if conn.closed or time.monotonic() - since > _IDLE_REUSE_S:
+                    stale.append(conn)
+                else:
+                    found = conn
+        for conn in stale:
+            conn.close()
+        return found
 
     def shared_writer(
         self, topic: str, partition: int, *, timeout_ms: int = 30_000
@@ -245,6 +288,10 @@ class Cluster:
             for conn in self._conns.values():
                 conn.close()
             self._conns.clear()
+            for idle in self._idle.values():
+                for _since, conn in idle:
+                    conn.close()
+            self._idle.clear()
             if self._bootstrap is not None:
                 self._bootstrap.close()
                 self._bootstrap = None

@@ -106,3 +106,21 @@ def test_calls_in_flight_on_a_connection_that_drops_all_fail_and_none_hangs(
             t.join(10)
         assert not any(t.is_alive() for t in threads)
     assert len(errors) == 3
+
+
+def test_a_copy_connection_given_back_clean_serves_the_next_copy_and_a_busy_one_is_closed(
+    source_a, topic
+) -> None:
+    data.create_topic(source_a.bootstrap, topic, 2)
+    with Cluster(Config(clusters={}).resolve(source_a.bootstrap)) as c:
+        first = c.connect_leader(topic, 0)
+        c.release(first)
+        again = c.connect_leader(topic, 1)  # same leader: the idle connection is taken
+        assert again is first and not again.closed
+        again.send_fetch(topic, [(1, 0, 1024)], max_wait_ms=100)
+        c.release(again)  # an answer still to read: out of step for anyone else
+        assert again.closed
+        fresh = c.connect_leader(topic, 0)
+        assert fresh is not again and not fresh.closed
+        c.release(fresh)
+    assert fresh.closed  # closing the cluster closes the idle connections too
