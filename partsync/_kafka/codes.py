@@ -136,9 +136,14 @@ def broker_error(
 
 
 def fetch_error(cluster: str, topic: str, partition: int, offset: int, code: int) -> BrokerError:
-    return broker_error(
+    err = broker_error(
         code, "fetch failed", cluster=cluster, topic=topic, partition=partition, offset=offset
     )
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        # The log start (retention, DeleteRecords) moved past bounds read earlier: a new round
+        # reads them again and plans from there (or refuses, if the gap is real).
+        err.retriable = True
+    return err
 
 
 def raise_for_code(

@@ -9,11 +9,13 @@ kafka-python's event loop. The typed requests are in ``requests.py`` and ``group
 """
 
 import collections
+import select
 import socket
 import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple, Self
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -63,6 +65,7 @@ from partsync._kafka.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from partsync._kafka.raw import Buffer
 from partsync.config import Security
 from partsync.errors import ClusterError
 
@@ -138,6 +141,26 @@ def _encode_framed_into(request: Any, out: EncodeBuffer) -> None:
     _SIZE.pack_into(out.buf, start, out.pos - start - 4)
 
 
+# At most this many buffers per sendmsg (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
+
+
+def _sendmsg_all(sock: socket.socket, parts: list[Buffer]) -> None:
+    """``sendall`` for a list of buffers, with scatter/gather writes (partial writes resumed)."""
+    views = [memoryview(p) for p in parts if len(p)]
+    i = 0
+    while i < len(views):
+        sent = sock.sendmsg(views[i : i + _IOV_MAX])
+        while sent:
+            first = views[i]
+            if sent >= len(first):
+                sent -= len(first)
+                i += 1
+            else:
+                views[i] = first[sent:]
+                sent = 0
+
+
 def _ssl_context(sec: Security) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=sec.ssl_cafile)
     if not sec.ssl_check_hostname:
@@ -196,6 +219,9 @@ class BrokerConnection:
         self._security = security or Security()
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
+        # call(): who reads the next response; waiting callers are woken after each one.
+        self._handoff = threading.Condition()
+        self._reading = False
         self.last_throttle_ms = 0  # from the last Fetch answer (requests.Connection)
         self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
@@ -265,15 +291,46 @@ class BrokerConnection:
                 except OSError as e:
                     raise self._io_error(f"sending {api}", e) from e
 
+    def send_parts(self, api: str, build: Callable[[int, int], list[Buffer]]) -> None:
+        """Send a request encoded by ``build(version, correlation_id)`` as a list of buffers,
+        with one scatter/gather write (``raw``'s encoders: batches are not copied); read the
+        answer with ``receive``."""
+        _req_cls, resp_cls, _lo, _hi = _PREFERRED[api]
+        version = self._versions[api]
+        with self._send_lock:
+            self._correlation += 1
+            cid = self._correlation
+            parts = build(version, cid)
+            self._pending.append(_Pending(cid, resp_cls, version, api, None))
+            try:
+                if isinstance(self._sock, ssl.SSLSocket):  # TLS has no sendmsg
+                    self._sock.sendall(b"".join(parts))
+                else:
+                    _sendmsg_all(self._sock, parts)
+            except OSError as e:
+                raise self._io_error(f"sending {api}", e) from e
+
     def receive(self) -> Any:
         with self._recv_lock:
-            pending = self._pending.popleft()
-            if pending.answer is not None:
-                raise RuntimeError("receive() on a connection used for call()")
-            return self._read_response(pending)
+            return self._read_response(self._next_pending())
 
-    def _read_response(self, pending: _Pending) -> Any:
-        cid, resp_cls, version, api, _answer = pending
+    def receive_body(self) -> tuple[bytes, int]:
+        """The next response's raw body and the offset after its (non-flexible) header, for
+        ``raw``'s decoders; the version is the request's (``version(api)``)."""
+        with self._recv_lock:
+            pending = self._next_pending()
+            if pending.response_cls.flexible_version_q(pending.version):
+                raise RuntimeError(f"{pending.api} v{pending.version} has a flexible header")
+            return self._read_body(pending), 4
+
+    def _next_pending(self) -> _Pending:
+        pending = self._pending.popleft()
+        if pending.answer is not None:
+            raise RuntimeError("receive() on a connection used for call()")
+        return pending
+
+    def _read_body(self, pending: _Pending) -> bytes:
+        cid, _resp_cls, _version, api, _answer = pending
         try:
             head = self._read_exact(4)
             (size,) = _SIZE.unpack(head)
@@ -287,6 +344,11 @@ class BrokerConnection:
                 f"broker {self.host}:{self.port} answered correlation id {got}, expected {cid}",
                 cluster=self.cluster,
             )
+        return body
+
+    def _read_response(self, pending: _Pending) -> Any:
+        _cid, resp_cls, version, api, _answer = pending
+        body = self._read_body(pending)
         if api == "ApiVersions" or resp_cls.flexible_version_q(version):
             return resp_cls.decode(body, version=version, header=True)
         # A non-flexible response header is just the correlation id, checked above. Decoding
@@ -295,31 +357,65 @@ class BrokerConnection:
 
     def call(self, api: str, request: Any) -> Any:
         """Send ``request`` and return its response. Other threads' calls may be in flight on
-        the connection at the same time: whichever caller holds the reading side reads the
-        responses in order and hands each to its caller, until its own has come."""
+        the connection at the same time: one caller at a time reads the next response and
+        hands it to its caller, who returns at once."""
         mine = _Answer()
         self.send(api, request, mine)
-        with self._recv_lock:
-            while not mine.done:
-                pending = self._pending.popleft()
-                answer = pending.answer
-                if answer is None:
-                    raise RuntimeError("call() on a connection used for receive()")
-                try:
-                    answer.response = self._read_response(pending)
-                except ClusterError as e:  # the connection is closed: every later call fails too
-                    answer.error = e
-                except Exception as e:  # noqa: BLE001 - an answer that does not decode
-                    self.close()
-                    answer.error = ClusterError(
-                        f"reading {pending.api} response from broker {self.host}:{self.port} "
-                        f"failed: {e!r}",
-                        cluster=self.cluster,
-                    )
-                answer.done = True
+        while True:
+            with self._handoff:
+                while self._reading and not mine.done:
+                    self._handoff.wait()
+                if mine.done:
+                    break
+                self._reading = True
+            try:
+                with self._recv_lock:
+                    self._answer_next()
+            finally:
+                with self._handoff:
+                    self._reading = False
+                    self._handoff.notify_all()
         if mine.error is not None:
             raise mine.error
         return mine.response
+
+    def _answer_next(self) -> None:
+        """Read the next response into its caller's answer (the caller holds the reading side).
+        Whatever goes wrong, that answer is given an error: its caller must never wait on."""
+        pending = self._pending.popleft()
+        answer = pending.answer
+        if answer is None:
+            self.close()
+            raise RuntimeError("call() on a connection used for receive()")
+        try:
+            answer.response = self._read_response(pending)
+        except ClusterError as e:  # the connection is closed: every later call fails too
+            answer.error = e
+        except BaseException as e:
+            self.close()  # an answer that does not decode, or an interrupted read
+            err = ClusterError(
+                f"reading {pending.api} response from broker {self.host}:{self.port} failed: {e!r}",
+                cluster=self.cluster,
+            )
+            err.retriable = False  # a response partsync cannot read is not a broker hiccup
+            answer.error = err
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            answer.done = True
+
+    def idle_and_open(self) -> bool:
+        """Whether the connection can serve another user: open, nothing in flight, and nothing
+        to read (a broker that closed it, or sent something unasked, makes it readable)."""
+        if self.closed or self._pending:
+            return False
+        try:
+            if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+                return False
+            readable, _w, _x = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
 
     @property
     def in_flight(self) -> int:

@@ -129,7 +129,8 @@ class GroupRequests:
             )
             for c in resp.coordinators:
                 found = BrokerInfo(c.node_id, c.host, c.port) if not c.error_code else None
-                out[c.key] = (c.error_code, found)
+                # One key asked: its answer, whatever key the broker echoes.
+                out[keys[0] if len(keys) == 1 else c.key] = (c.error_code, found)
             for k in keys:  # a key left out of the answer: a coordinator not available
                 out.setdefault(k, (ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
             return out

@@ -39,15 +39,17 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
     trim_bootstrap_head(ctx)
     pieces = plan_pieces(ctx)
     fetchers = start_fetchers(ctx, pieces)
+    clean = False
     try:
         # The caller's session (an owner continues its own), else a new one for this copy,
         # which also fences any other writer of the partition.
         if producer is None or not producer.usable:
             producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
         append_in_order(ctx, pieces.in_order(ctx.check_running), last, producer)
+        clean = not ctx.failed.is_set()
     finally:
         ctx.budget.close()
-        if ctx.failed.is_set():
+        if not clean:
             ctx.close_all()  # wakes fetchers blocked on a connection
         for t in fetchers:
             t.join(timeout=5)

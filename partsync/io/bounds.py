@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["read_bounds", "read_log_ends"]
 
 
-def _by_leader(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int, list[int]]:
+def _by_leader(
+    cluster: Cluster, topic: str, partitions: list[int]
+) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """The partitions grouped by leader, and their leader epochs, from one view of metadata
+    (a request must name the epoch of the leader it is sent to)."""
     info = cluster.topic(topic)
     if info is None:
         raise TopicError("topic does not exist", cluster=cluster.name, topic=topic)
@@ -35,28 +39,45 @@ def _by_leader(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int,
                 "partition does not exist", cluster=cluster.name, topic=topic, partition=p
             )
         by_leader[info.leaders[p]].append(p)
-    return by_leader
+    return by_leader, info.leader_epochs
+
+
+_Key = tuple[int, int]  # (partition, leader epoch the asker routed it by; -1: none sent)
 
 
 def _list_offsets(
     cluster: Cluster, leader: int, topic: str, timestamp: int, replica_id: int = CONSUMER_REPLICA
-) -> Coalescer[int, tuple[int, int]]:
-    """{partition: (error code, offset)} from the leader, one request for every thread asking
-    at the same time (``io.coalesce``). The debug replica's requests carry each partition's
-    leader epoch, so that only the current leader answers."""
+) -> Coalescer[_Key, tuple[int, int]]:
+    """{(partition, epoch): (error code, offset)} from the leader, one request for every thread
+    asking at the same time (``io.coalesce``). A key's epoch is sent with it (the debug
+    replica's log end must come from the leader the asker routed to: any replica at that
+    epoch would answer); a partition asked with two epochs at once takes two requests."""
 
-    def ask(parts: list[int]) -> dict[int, tuple[int, int]]:
-        epochs = None
-        if replica_id == DEBUG_REPLICA:
-            info = cluster.topic(topic)
-            known = info.leader_epochs if info is not None else {}
-            epochs = {p: known.get(p, -1) for p in parts}
+    def ask(keys: list[_Key]) -> dict[_Key, tuple[int, int]]:
+        out: dict[_Key, tuple[int, int]] = {}
         conn = cluster.broker_conn(leader)
-        answers = conn.list_offsets(topic, parts, timestamp, replica_id=replica_id,
-                                    leader_epochs=epochs)  # fmt: skip
-        return {p: answers.get(p, (-1, -1)) for p in parts}  # a partition left out: an error
+        for now in _one_per_partition(keys):
+            epochs = dict(now)
+            answers = conn.list_offsets(topic, list(epochs), timestamp, replica_id=replica_id,
+                                        leader_epochs=epochs)  # fmt: skip
+            for key in now:  # a partition left out of the answer: an error
+                out[key] = answers.get(key[0], (-1, -1))
+        return out
 
     return cluster.coalescer(("ListOffsets", leader, topic, timestamp, replica_id), ask)
+
+
+def _one_per_partition(keys: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """``keys`` split into requests that name each partition once."""
+    rounds: list[list[tuple[int, int]]] = []
+    for key in keys:
+        for r in rounds:
+            if all(k[0] != key[0] for k in r):
+                r.append(key)
+                break
+        else:
+            rounds.append([key])
+    return rounds
 
 
 def _probe(
@@ -67,21 +88,13 @@ def _probe(
 
     def ask(keys: list[tuple[int, int]]) -> dict[tuple[int, int], FetchedPartition | None]:
         out: dict[tuple[int, int], FetchedPartition | None] = {}
-        while keys:
-            now: dict[int, int] = {}
-            later = []
-            for p, off in keys:
-                if p in now:
-                    later.append((p, off))
-                else:
-                    now[p] = off
+        for now in _one_per_partition(keys):
             fetched = cluster.broker_conn(leader).fetch(
-                topic, [(p, off, 1) for p, off in now.items()],
+                topic, [(p, off, 1) for p, off in now],
                 max_wait_ms=PROBE_WAIT_MS, min_bytes=1, max_bytes=1,
             )  # fmt: skip
-            for p, off in now.items():
+            for p, off in now:
                 out[(p, off)] = fetched.get(p)
-            keys = later
         return out
 
     return cluster.coalescer(("Probe", leader, topic), ask)
@@ -109,14 +122,16 @@ def read_bounds(cluster: Cluster, topic: str, partitions: list[int]) -> dict[int
     the Fetch response carries the true high watermark and log start on every broker).
     """
     out: dict[int, Bounds] = {}
-    for leader, parts in _by_leader(cluster, topic, partitions).items():
-        earliest = _list_offsets(cluster, leader, topic, EARLIEST).get_many(parts)
-        latest = _list_offsets(cluster, leader, topic, LATEST).get_many(parts)
+    by_leader, _epochs = _by_leader(cluster, topic, partitions)
+    for leader, parts in by_leader.items():
+        keys = [(p, -1) for p in parts]  # a consumer's reads: any leader epoch (as before)
+        earliest = _list_offsets(cluster, leader, topic, EARLIEST).get_many(keys)
+        latest = _list_offsets(cluster, leader, topic, LATEST).get_many(keys)
         probe = []
         for p in parts:
-            _check(cluster, "log start", earliest[p][0], topic, p)
-            _check(cluster, "end", latest[p][0], topic, p)
-            start, end = earliest[p][1], latest[p][1]
+            _check(cluster, "log start", earliest[(p, -1)][0], topic, p)
+            _check(cluster, "end", latest[(p, -1)][0], topic, p)
+            start, end = earliest[(p, -1)][1], latest[(p, -1)][1]
             out[p] = Bounds(start, max(start, end))
             if end > start:
                 probe.append((p, end - 1))
@@ -141,10 +156,12 @@ def read_log_ends(cluster: Cluster, topic: str, partitions: list[int]) -> dict[i
     answer otherwise (Tansu: the last batch's base offset + 1) never report less than the
     high watermark's truth, so callers take the larger of the two."""
     out: dict[int, int] = {}
-    for leader, parts in _by_leader(cluster, topic, partitions).items():
-        answers = _list_offsets(cluster, leader, topic, LATEST, DEBUG_REPLICA).get_many(parts)
-        for p in parts:
-            code, offset = answers[p]
+    by_leader, epochs = _by_leader(cluster, topic, partitions)
+    for leader, parts in by_leader.items():
+        keys = [(p, epochs.get(p, -1)) for p in parts]
+        answers = _list_offsets(cluster, leader, topic, LATEST, DEBUG_REPLICA).get_many(keys)
+        for p, key in zip(parts, keys, strict=True):
+            code, offset = answers[key]
             _check(cluster, "log end", code, topic, p)
             out[p] = offset
     return out

@@ -93,6 +93,7 @@ class Cluster:
         # Dedicated connections a finished copy gave back, by broker address, with the time
         # they were given back: the next copy to that broker takes one instead of connecting.
         self._idle: dict[tuple[str, int], list[tuple[float, Connection]]] = {}
+        self._closed = False
 
     # -- connections --------------------------------------------------------------------------
 
@@ -230,12 +231,12 @@ class Cluster:
     def release(self, conn: Connection) -> None:
         """A dedicated connection its copy is done with: kept for the next copy to the same
         broker if it is clean (open, nothing in flight), else closed."""
-        if conn.closed or conn.in_flight:
+        if not conn.idle_and_open():
             conn.close()
             return
         with self._lock:
             idle = self._idle.setdefault((conn.host, conn.port), [])
-            if len(idle) < _IDLE_MAX:
+            if not self._closed and len(idle) < _IDLE_MAX:
                 idle.append((time.monotonic(), conn))
                 return
         conn.close()
@@ -247,7 +248,7 @@ class Cluster:
             idle = self._idle.get(addr, [])
             while idle and found is None:
                 since, conn = idle.pop()
-                if conn.closed or time.monotonic() - since > _IDLE_REUSE_S:
+                if time.monotonic() - since > _IDLE_REUSE_S or not conn.idle_and_open():
                     stale.append(conn)
                 else:
                     found = conn
@@ -280,6 +281,7 @@ class Cluster:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True  # connections given back from now on are closed, not kept
             writers = list(self._writers.values())
             self._writers.clear()
         for w in writers:

@@ -11,6 +11,7 @@ sent after it was asked (group commit, as in a database log).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
@@ -87,5 +88,11 @@ class Coalescer(Generic[K, V]):
     @staticmethod
     def _answer(a: _Ask[K, V]) -> V:
         if a.error is not None:
-            raise a.error
+            # Each asker gets its own copy: callers locate an error at their partition by
+            # setting its fields, which must not show up in another asker's error.
+            try:
+                err = copy.copy(a.error)
+            except Exception:  # noqa: BLE001 - an exception that cannot be copied
+                err = a.error
+            raise err
         return a.value  # type: ignore[return-value]

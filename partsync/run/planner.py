@@ -10,6 +10,7 @@ rewrite batches) are decided here, before any task runs.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
@@ -90,6 +91,8 @@ class TopicPlan:
     # Each source's topic id where its broker says (Metadata v10+): a follower that sees one
     # change knows the topic was deleted and created again, and stops appending from it.
     topic_ids: tuple[tuple[str, str], ...] = ()
+    # When this process started reading the bounds the plan holds (``time.monotonic()``).
+    planned_at: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -106,6 +109,7 @@ class TopicPlan:
 
 
 def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
+    started = time.monotonic()  # no bound below is older than this
     local = pool.get(req.local)
     warnings: list[str] = []
     unreachable: list[str] = []
@@ -203,7 +207,8 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
             plan = _located(plan, local.name)
         plans.append(plan)
     return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create, grow=grow,
-                     unreachable=tuple(unreachable), topic_ids=tuple(ids))  # fmt: skip
+                     unreachable=tuple(unreachable), topic_ids=tuple(ids),
+                     planned_at=started)  # fmt: skip
 
 
 def _local_bounds(

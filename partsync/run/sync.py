@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -88,7 +89,8 @@ def tasks_for(
             srcs = tuple(r for r in req.sources
                          if r.name in plan.sources or r.name in tp.unreachable)  # fmt: skip
             tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
-                                       retries))  # fmt: skip
+                                       retries, planned_at=tp.planned_at,
+                                       planned_in=os.getpid()))  # fmt: skip
     return tasks
 
 

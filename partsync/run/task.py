@@ -13,7 +13,9 @@ refused, handed over or out of retries; in follow mode it waits for new data bet
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +57,10 @@ log = logging.getLogger(__name__)
 # settle before the local end is read again.
 RETRY_FIRST_S = 1.0
 RETRY_CAP_S = 30.0
+# How long the driver's bounds serve a task's first round: a source's log start rarely moves
+# within this (Kafka checks retention every 5 minutes by default), and if it does the fetch
+# answers OFFSET_OUT_OF_RANGE, which is retried with bounds read afresh.
+PLAN_REUSE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -69,10 +75,23 @@ class PartitionTask:
     # (a round that appended something starts the count again, so a flaky link that keeps
     # making progress converges in one run; follow mode retries for as long as it runs).
     retries: int = 2
+    # When and where the driver read the plan's bounds (``time.monotonic()``, ``os.getpid()``):
+    # a first round in the same process within ``PLAN_REUSE_S`` reuses them up to the fence.
+    planned_at: float | None = None
+    planned_in: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.plan.topic, self.plan.partition)
+
+    def plan_is_fresh(self) -> bool:
+        """The plan's bounds were read by this process moments ago (not a Spark executor's
+        pickled copy, not a partition reassigned long after the run planned it)."""
+        return (
+            self.planned_at is not None
+            and self.planned_in == os.getpid()
+            and time.monotonic() - self.planned_at <= PLAN_REUSE_S
+        )
 
 
 def refresh_plan(
@@ -133,7 +152,12 @@ def copy_round(
     local = pool.get(task.local)
     sources = {ref.name: pool.get(ref) for ref in task.sources}
     try:
-        if first and task.plan.condition is Condition.BEHIND and session is None:
+        if (
+            first
+            and task.plan.condition is Condition.BEHIND
+            and session is None
+            and task.plan_is_fresh()
+        ):
             # The driver just read every bound this plan needs: take the partition over at
             # once and read only the local end again, after the fence (many partitions' reads
             # of the sources would otherwise all be made twice).
