@@ -12,13 +12,14 @@ from typing import Any
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.codes import raise_for_code
 from partsync._kafka.connection import CONSUMER_REPLICA, BrokerConnection
 from partsync._kafka.group_requests import BrokerInfo, CommittedOffset, GroupRequests, JoinResult
+from partsync._kafka.raw import Buffer, Parts, decode_fetch_response, produce_request_parts
+from partsync.errors import ClusterError
 
 __all__ = [
     "BrokerInfo",
@@ -80,7 +81,7 @@ class FetchedPartition:
     error_code: int
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    records: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +198,27 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         self.send("Fetch", _fetch_request(topic, wanted, max_wait_ms, min_bytes, max_bytes))
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
-        """The answer to ``send_fetch``; ``last_throttle_ms`` keeps how long the broker asked
-        this client to wait before its next request (a quota)."""
-        out, self.last_throttle_ms = self._fetch_answer(self.receive())
-        return out
+        """The answer to ``send_fetch`` (one topic), its records views into the received body
+        (``raw``: not copied); ``last_throttle_ms`` keeps how long the broker asked this client
+        to wait before its next request (a quota)."""
+        body, at = self.receive_body()
+        try:
+            throttle, error, topics = decode_fetch_response(body, self.version("Fetch"), at)
+        except ValueError as e:
+            self.close()  # out of step with the broker from here
+            raise ClusterError(
+                f"Fetch response does not parse: {e}", cluster=self.cluster
+            ) from None
+        self.last_throttle_ms = throttle
+        if error:
+            raise_for_code(error, "Fetch", cluster=self.cluster)
+        return {
+            p.partition: FetchedPartition(
+                p.partition, p.error_code, p.high_watermark, p.log_start_offset, p.records
+            )
+            for parts in topics.values()
+            for p in parts
+        }
 
     def _fetch_answer(self, resp: Any) -> tuple[dict[int, FetchedPartition], int]:
         throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)
@@ -245,7 +263,7 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
     def send_produce(
         self,
         topic: str,
-        batches: dict[int, bytes | bytearray],
+        batches: dict[int, Buffer | Parts],
         *,
         acks: int = -1,
         timeout_ms: int = 30_000,
@@ -258,29 +276,20 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
 
     def send_produce_many(
         self,
-        batches: dict[str, dict[int, bytes | bytearray]],
+        batches: dict[str, dict[int, Buffer | Parts]],
         *,
         acks: int = -1,
         timeout_ms: int = 30_000,
         transactional_id: str | None = None,
     ) -> None:
-        """One Produce request for many topics and partitions, one batch per partition."""
-        D = ProduceRequest.TopicProduceData
-        req = ProduceRequest(
-            transactional_id=transactional_id,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            topic_data=[
-                D(
-                    name=topic,
-                    partition_data=[
-                        D.PartitionProduceData(index=p, records=b) for p, b in parts.items()
-                    ],
-                )
-                for topic, parts in batches.items()
-            ],
+        """One Produce request for many topics and partitions, one batch per partition, sent
+        with one scatter/gather write (``raw``: the batches are not copied)."""
+        self.send_parts(
+            "Produce",
+            lambda version, cid: produce_request_parts(
+                version, cid, self.client_id, transactional_id, acks, timeout_ms, batches
+            ),
         )
-        self.send("Produce", req)
 
     def receive_produce_many(self) -> dict[tuple[str, int], ProducedPartition]:
         resp = self.receive()

@@ -45,7 +45,7 @@ from partsync.errors import (
     UnsafeError,
 )
 from partsync.io.writer import ProduceFuture
-from partsync.wire.batch import Batch, check_appendable, rewrite_for_append
+from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
 
 __all__ = ["append_in_order"]
@@ -182,7 +182,7 @@ class _Sender:
 
     def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
         """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied)."""
-        data = rewrite_for_append(b, self.pid, self.epoch, self.sequence)
+        data = rewrite_parts(b, self.pid, self.epoch, self.sequence)  # views, not copies
         self.sequence = (self.sequence + b.record_count) & 0x7FFFFFFF
         self._acquire()
         fut = self.writer.submit(self.ctx.topic, self.ctx.partition, data, self._drop_unsent)

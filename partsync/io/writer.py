@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from partsync._kafka import Connection, ProducedPartition
+from partsync._kafka.raw import Buffer, Parts
 from partsync.errors import Cancelled, ClusterError, PartsyncError
 
 __all__ = ["ProduceFuture", "SharedWriter"]
@@ -59,7 +60,7 @@ def _as_error(e: BaseException, cluster: str | None, what: str = "Produce failed
 class _Submission:
     topic: str
     partition: int
-    data: bytes | bytearray
+    data: Buffer | Parts
     cancelled: Callable[[], bool]
     future: ProduceFuture
 
@@ -98,7 +99,7 @@ class SharedWriter:
         return self._broken is not None or self._closed
 
     def submit(
-        self, topic: str, partition: int, data: bytes | bytearray, cancelled: Callable[[], bool]
+        self, topic: str, partition: int, data: Buffer | Parts, cancelled: Callable[[], bool]
     ) -> ProduceFuture:
         fut = ProduceFuture()
         with self._cv:
@@ -151,7 +152,7 @@ class SharedWriter:
                 if not batch:
                     self._slots.release()
                     continue
-                by_topic: dict[str, dict[int, bytes | bytearray]] = {}
+                by_topic: dict[str, dict[int, Buffer | Parts]] = {}
                 for s in batch:
                     by_topic.setdefault(s.topic, {})[s.partition] = s.data
                 try:

@@ -38,10 +38,12 @@ __all__ = [
     "CODECS",
     "HEADER_SIZE",
     "Batch",
+    "Rewritten",
     "check_appendable",
     "compute_crc",
     "iter_batches",
     "rewrite_for_append",
+    "rewrite_parts",
 ]
 
 HEADER_SIZE = 61
@@ -270,16 +272,42 @@ def check_appendable(batch: Batch) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    """A batch ready for a client Produce, in two parts: its rewritten header (new) and the rest,
+    a view of the fetched bytes. Sent with a scatter/gather write, the batch is never copied."""
+
+    head: bytes
+    tail: memoryview
+
+    def parts(self) -> tuple[bytes, memoryview]:
+        return (self.head, self.tail)
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    def __bytes__(self) -> bytes:
+        return self.head + bytes(self.tail)
+
+
+def rewrite_parts(batch: Batch, producer_id: int, producer_epoch: int, sequence: int) -> Rewritten:
+    """The shallow rewrite of ``batch`` for a client Produce, without copying its records.
+
+    BaseOffset becomes 0 (Kafka rejects anything else from a client), the producer identity
+    becomes the writer's own idempotent one, and the CRC is recomputed over the new header
+    fields and the untouched rest. Nothing else changes.
+    """
+    head = bytearray(batch.data[:HEADER_SIZE])
+    tail = batch.data[HEADER_SIZE:]
+    _BASE_OFFSET.pack_into(head, 0, 0)
+    _PRODUCER.pack_into(head, PRODUCER_OFFSET, producer_id, producer_epoch, sequence)
+    crc = crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])
+    _CRC.pack_into(head, CRC_OFFSET, crc32c.crc32c(tail, value=crc))
+    return Rewritten(bytes(head), tail)
+
+
 def rewrite_for_append(
     batch: Batch, producer_id: int, producer_epoch: int, sequence: int
 ) -> bytearray:
-    """Return a copy of ``batch`` ready for a client Produce: the shallow rewrite.
-
-    BaseOffset becomes 0 (Kafka rejects anything else from a client), the producer identity
-    becomes the writer's own idempotent one, and the CRC is recomputed. Nothing else changes.
-    """
-    out = bytearray(batch.data)
-    _BASE_OFFSET.pack_into(out, 0, 0)
-    _PRODUCER.pack_into(out, PRODUCER_OFFSET, producer_id, producer_epoch, sequence)
-    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out))
-    return out
+    """``rewrite_parts`` as one new buffer (a copy of the whole batch)."""
+    return bytearray(bytes(rewrite_parts(batch, producer_id, producer_epoch, sequence)))

@@ -4,7 +4,7 @@ Fetches the source's raw batches and appends them to the destination as fast as 
 rules allow, with nothing else: no plan, no agreement or boundary checks, no CRC check of the
 fetched batches, no base-offset verification of the appends. What it still does is what the
 broker needs (KAFKA-FACTS.md): baseOffset 0, the writer's own idempotent producer id/epoch and
-per-partition sequence, a valid CRC (``rewrite_for_append``), at most one batch per partition
+per-partition sequence, a valid CRC (``rewrite_parts``), at most one batch per partition
 per Produce request, acks=all.
 
 Pipelining: partitions are spread over ``lanes`` (option, default 4), each with its own source
@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Job, host_port, parse_args, report
 
 from partsync._kafka import Connection, error_name
-from partsync.wire.batch import iter_batches, rewrite_for_append
+from partsync._kafka.raw import Buffer, Parts
+from partsync.wire.batch import Rewritten, iter_batches, rewrite_parts
 
 IN_FLIGHT = 5  # Produce requests in flight: the broker dedupes over the last 5 per partition
 _END = object()
@@ -46,7 +47,7 @@ class IdealCopy:
         self.dst = Connection(*host_port(job.dest), cluster="dest", client_id="bench-ideal")
         self.producer_id, self.epoch = producer
         self.parts = parts
-        self.queues: dict[int, collections.deque[bytearray]] = {
+        self.queues: dict[int, collections.deque[Rewritten]] = {
             p: collections.deque() for p in self.parts
         }
         self.buffered = dict.fromkeys(self.parts, 0)
@@ -83,14 +84,16 @@ class IdealCopy:
                         for p in sorted(active)
                         if self.buffered[p] < self.partition_buffer
                     ]
-                fetched = self.src.fetch(
+                # send + receive: the records come back as views of the response, not copies.
+                self.src.send_fetch(
                     self.job.topic,
                     wanted,
                     max_wait_ms=500,
                     min_bytes=1,
                     max_bytes=self.fetch_max_bytes,
                 )
-                ready: dict[int, list[bytearray]] = {}
+                fetched = self.src.receive_fetch()
+                ready: dict[int, list[Rewritten]] = {}
                 for p, f in fetched.items():
                     if f.error_code:
                         raise RuntimeError(f"fetch {p}@{offsets[p]}: {error_name(f.error_code)}")
@@ -98,7 +101,7 @@ class IdealCopy:
                     for b in iter_batches(f.records, start=offsets[p]):
                         if b.base_offset >= ends[p]:
                             break
-                        out.append(rewrite_for_append(b, self.producer_id, self.epoch, sequence[p]))
+                        out.append(rewrite_parts(b, self.producer_id, self.epoch, sequence[p]))
                         sequence[p] = (sequence[p] + b.record_count) & 0x7FFFFFFF
                         offsets[p] = b.next_offset
                         self.records += b.record_count
@@ -149,7 +152,7 @@ class IdealCopy:
         n = len(self.parts)
         try:
             while True:
-                request: dict[int, bytearray] = {}
+                request: dict[int, Buffer | Parts] = {}
                 size = 0
                 with self.cv:
                     while (
