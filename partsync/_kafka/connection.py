@@ -147,7 +147,7 @@ _IOV_MAX = 1024
 
 def _sendmsg_all(sock: socket.socket, parts: list[Buffer]) -> None:
     """``sendall`` for a list of buffers, with scatter/gather writes (partial writes resumed)."""
-    views = [memoryview(p) for p in parts if len(p)]
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]  # bytes, not items
     i = 0
     while i < len(views):
         sent = sock.sendmsg(views[i : i + _IOV_MAX])

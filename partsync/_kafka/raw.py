@@ -144,6 +144,8 @@ def decode_fetch_response(
         for _ in range(n_topics):
             (n,) = _I16.unpack_from(view, pos)
             pos += 2
+            if n < 0:
+                raise ValueError(f"topic name of length {n}")
             topic = bytes(view[pos : pos + n]).decode()
             pos += n
             (n_parts,) = _I32.unpack_from(view, pos)

@@ -162,6 +162,11 @@ class SharedWriter:
                     for s in batch:
                         s.future.set(error=err)
                     raise
+                # Sent (never sent again): drop the batches, which are views that keep whole
+                # fetch responses alive, rather than hold them until the next request.
+                del by_topic
+                for s in batch:
+                    s.data = b""
                 # Handed to the receiver only once sent: the connection matches answers to
                 # requests in send order. If the connection broke meanwhile (the receiver saw
                 # it die and failed everything it knew of), these answers will never come:

@@ -310,4 +310,7 @@ def rewrite_for_append(
     batch: Batch, producer_id: int, producer_epoch: int, sequence: int
 ) -> bytearray:
     """``rewrite_parts`` as one new buffer (a copy of the whole batch)."""
-    return bytearray(bytes(rewrite_parts(batch, producer_id, producer_epoch, sequence)))
+    r = rewrite_parts(batch, producer_id, producer_epoch, sequence)
+    out = bytearray(r.head)
+    out += r.tail
+    return out
