@@ -70,13 +70,16 @@ def _list_offsets(
 def _one_per_partition(keys: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     """``keys`` split into requests that name each partition once."""
     rounds: list[list[tuple[int, int]]] = []
+    named: list[set[int]] = []  # the partitions each round names
     for key in keys:
-        for r in rounds:
-            if all(k[0] != key[0] for k in r):
+        for r, seen in zip(rounds, named, strict=True):
+            if key[0] not in seen:
                 r.append(key)
+                seen.add(key[0])
                 break
         else:
             rounds.append([key])
+            named.append({key[0]})
     return rounds
 
 

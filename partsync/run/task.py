@@ -152,38 +152,36 @@ def copy_round(
     local = pool.get(task.local)
     sources = {ref.name: pool.get(ref) for ref in task.sources}
     try:
-        if (
+        # The driver just read every bound a fresh plan holds: take the partition over at once
+        # and read only the local end again, after the fence (many partitions' reads of the
+        # sources would otherwise all be made twice).
+        reuse = (
             first
             and task.plan.condition is Condition.BEHIND
             and session is None
             and task.plan_is_fresh()
+        )
+        plan = task.plan if reuse else refresh_plan(task, local, sources)
+        if (
+            plan.condition is Condition.BEHIND
+            and session is not None
+            and session.usable
+            and session.older_than(task.options.fencing_renew_s)
         ):
-            # The driver just read every bound this plan needs: take the partition over at
-            # once and read only the local end again, after the fence (many partitions' reads
-            # of the sources would otherwise all be made twice).
+            session = renew_producer(local, task.plan.topic, task.plan.partition, session)
+            plan = refresh_plan(task, local, sources, dict(plan.sources))
+        if plan.condition is Condition.BEHIND and (session is None or not session.usable):
+            # About to write: take the partition over first (the new producer epoch fences any
+            # earlier writer), then read the local end again, after the fence.
             session = open_producer(local, task.plan.topic, task.plan.partition,
                                     task.options.fencing)  # fmt: skip
-            plan = refresh_plan(task, local, sources, dict(task.plan.sources))
-            if plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND:
-                # The local log moved since the driver planned (another writer, an earlier
-                # attempt): the sources' bounds are read again too, so both sides are fresh.
-                plan = refresh_plan(task, local, sources)
-        else:
+            plan = refresh_plan(task, local, sources, dict(plan.sources))
+        if reuse and (
+            plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND
+        ):
+            # The local log moved since the driver planned (another writer, an earlier
+            # attempt): the sources' bounds are read again too, so both sides are fresh.
             plan = refresh_plan(task, local, sources)
-            if (
-                plan.condition is Condition.BEHIND
-                and session is not None
-                and session.usable
-                and session.older_than(task.options.fencing_renew_s)
-            ):
-                session = renew_producer(local, task.plan.topic, task.plan.partition, session)
-                plan = refresh_plan(task, local, sources, dict(plan.sources))
-            if plan.condition is Condition.BEHIND and (session is None or not session.usable):
-                # About to write: take the partition over first (the new producer epoch fences
-                # any earlier writer), then read the local end again, after the fence.
-                session = open_producer(local, task.plan.topic, task.plan.partition,
-                                        task.options.fencing)  # fmt: skip
-                plan = refresh_plan(task, local, sources, dict(plan.sources))
     except FencedError as e:  # another writer initialised the partition's transactional id
         return _unplanned(task).with_status(Status.HANDED_OVER, str(e), e), None
     except PartsyncError as e:
