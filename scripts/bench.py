@@ -125,6 +125,9 @@ class Settings:
     kafka_version: str = "4.1.1"
     seed: int = 1
     smoke: bool = False
+    # The source producer's batch.size (librdkafka's default, 1 MB, unless asked): smaller
+    # batches show per-batch costs.
+    producer_batch_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,6 +237,7 @@ def produce_topic(
     stored_bytes: float,
     corpus: bytes,
     seed: int,
+    batch_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Produce about ``stored_bytes`` (as the broker stores them) with confluent-kafka."""
     from confluent_kafka import Producer
@@ -248,6 +252,7 @@ def produce_topic(
             "acks": "all",
             "linger.ms": 5,
             "log_level": 3,
+            **({"batch.size": batch_bytes} if batch_bytes else {}),
         }
     )
     errors: list[str] = []
@@ -807,7 +812,8 @@ class Bench:
         self, topic: str, codec: str, partitions: int, stored: float, corpus: bytes, seed: int
     ) -> dict[str, Any]:
         assert self.source is not None
-        info = produce_topic(self.source.bootstrap, topic, partitions, codec, stored, corpus, seed)
+        info = produce_topic(self.source.bootstrap, topic, partitions, codec, stored, corpus, seed,
+                             self.s.producer_batch_bytes)  # fmt: skip
         t0 = time.monotonic()
         self.scans[topic] = scan_topic(self.source.bootstrap, topic, partitions)
         scan = self.scans[topic]
@@ -1260,6 +1266,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         contenders=contenders,
         experiments=experiments,
         kafka_version=args.kafka_version,
+        producer_batch_bytes=args.producer_batch_bytes,
     )
 
 
@@ -1318,6 +1325,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-partitions", default="1,16,128", help="partition counts for scaling")
     ap.add_argument(
         "--scale-size-mb", type=float, default=200, help="stored MB of each scaling topic"
+    )
+    ap.add_argument(
+        "--producer-batch-bytes",
+        type=int,
+        default=None,
+        help="the source producer's batch.size (default librdkafka's 1 MB); small batches "
+        "show per-batch costs",
     )
     ap.add_argument(
         "--inflight-mib",

@@ -7,7 +7,8 @@ disagree are never mixed. Each batch is checked (no control/transactional batch,
 holes, no offset gap, the local topic stores it as sent), rewritten shallowly and submitted to
 the writer this process shares per local broker, which packs many partitions' batches into one
 Produce request. One append per partition is in flight at a time: the next batch goes out only
-after the previous one's answer was verified. Kafka keeps no producer state for a partition it
+after the previous one's answer was verified. The verification runs in the writer's receiving
+thread as each answer arrives (no thread per partition waits for answers). Kafka keeps no producer state for a partition it
 has not seen this producer on (every new session, and any partition whose state expired after
 ``producer.id.expiration.ms``, which is all historical data) and then accepts any sequence, so
 a batch sent behind an append that is rejected would land at the rejected batch's offset. An
@@ -60,6 +61,7 @@ class _Sent:
     size: int
     source: str
     future: ProduceFuture
+    at: float  # time.monotonic() when submitted
     filler: bool = False  # a filler batch of a bootstrap: not the source's data, not counted
 
 
@@ -70,15 +72,11 @@ def append_in_order(
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
-    # The unanswered append, if any. ``slot`` admits one append at a time: the verifier gives
-    # it back only after the answer put the batch at the source's offset, never after a
-    # failure (the appender then sees the copy stopping and sends nothing more).
-    inflight: queue.Queue[_Sent | None] = queue.Queue()
+    # ``slot`` admits one append at a time: the answer's check (run by the writer as the answer
+    # arrives, ``_on_answer``) gives it back only after the batch landed at the source's
+    # offset, never after a failure (the appender then sees the copy stopping).
     slot = threading.Semaphore(1)
-    verifier = threading.Thread(target=_verify, args=(ctx, inflight, slot), daemon=True,
-                                name=f"verify-{ctx.topic}-{ctx.partition}")  # fmt: skip
-    verifier.start()
-    sender = _Sender(ctx, writer, inflight, slot, session)
+    sender = _Sender(ctx, writer, slot, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
     # The boundary batch of an empty piece (a batch from before it covered it all): the next
@@ -138,36 +136,35 @@ def append_in_order(
     except PartsyncError as e:
         ctx.fail(e)
     finally:
-        # The verifier reads every outstanding answer, then stops. Requests sent before a
-        # failure may well have been appended: they are verified and counted like any other,
-        # so the result shows where the local log really ends.
-        deadline = time.monotonic() + ctx.opts.produce_timeout_ms / 1000 + 5
-        inflight.put(None)
-        verifier.join(timeout=max(0.0, deadline - time.monotonic()))
+        # Wait for the outstanding answer. A request sent before a failure may well have been
+        # appended: it is verified and counted like any other, so the result shows where the
+        # local log really ends.
+        sent = sender.outstanding
+        answered = sent is None or sent.future.wait(
+            max(0.0, sent.at + sender.answer_timeout - time.monotonic())
+        )
+        if not answered and sent is not None and ctx.error is None:
+            ctx.fail(sender.no_answer(sent))
         ctx.budget.close()
         if ctx.failed.is_set():
             ctx.close_all()  # wakes fetchers blocked on a connection
-        verifier.join(timeout=5)
         # Only a clean copy leaves the broker's sequence where we think it is.
         session.sequence = sender.sequence
-        session.usable = ctx.error is None and not verifier.is_alive()
+        session.usable = ctx.error is None and answered
 
 
 class _Sender:
     """Sends a partition's appends, one in flight: each batch is rewritten with the session's
-    producer identity and next sequence, and waits for the slot the verifier gives back only
-    after the previous answer was verified."""
+    producer identity and next sequence, and waits for the slot that the answer's check gives
+    back only after the previous batch was verified."""
 
     def __init__(
-        self,
-        ctx: CopyContext,
-        writer: Any,
-        inflight: queue.Queue[_Sent | None],
-        slot: threading.Semaphore,
-        session: ProducerSession,
+        self, ctx: CopyContext, writer: Any, slot: threading.Semaphore, session: ProducerSession
     ) -> None:
-        self.ctx, self.writer, self.inflight, self.slot = ctx, writer, inflight, slot
+        self.ctx, self.writer, self.slot = ctx, writer, slot
         self.pid, self.epoch, self.sequence = session.producer_id, session.epoch, session.sequence
+        self.answer_timeout = ctx.opts.produce_timeout_ms / 1000 + 10
+        self.outstanding: _Sent | None = None  # the last append sent
 
     def _drop_unsent(self) -> bool:
         """Batches submitted but not yet sent are dropped once an append failed or went to the
@@ -175,9 +172,22 @@ class _Sender:
         batch does not drop them: what came before it is still the source's data, in order."""
         return self.ctx.append_failed.is_set() or self.ctx.external_stop.is_set()
 
+    def no_answer(self, sent: _Sent) -> PartsyncError:
+        self.ctx.unconfirmed_end = sent.next_offset  # sent; the broker may have appended it
+        return ClusterError(
+            f"no Produce answer for batch {sent.base}..{sent.next_offset - 1} within "
+            f"{self.answer_timeout:.0f}s",
+            cluster=self.ctx.local.name, topic=self.ctx.topic, partition=self.ctx.partition,
+            offset=sent.base,
+        )  # fmt: skip
+
     def _acquire(self) -> None:
         while not self.slot.acquire(timeout=0.5):
             self.ctx.check_running()
+            sent = self.outstanding
+            if sent is not None and time.monotonic() - sent.at > self.answer_timeout:
+                self.ctx.append_failed.set()
+                raise self.no_answer(sent)
         self.ctx.check_running()
 
     def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
@@ -188,7 +198,10 @@ class _Sender:
         fut = self.writer.submit(self.ctx.topic, self.ctx.partition, data, self._drop_unsent)
         base = b.base_offset if at is None else at
         size = 0 if filler else b.size  # fillers hold no budget
-        self.inflight.put(_Sent(base, base + b.last_offset_delta + 1, size, source, fut, filler))
+        sent = _Sent(base, base + b.last_offset_delta + 1, size, source, fut, time.monotonic(),
+                     filler)  # fmt: skip
+        self.outstanding = sent
+        fut.on_done(lambda f: _on_answer(self.ctx, sent, f, self.slot))
 
     def wait_confirmed(self) -> None:
         """Return once every append sent so far was verified."""
@@ -253,73 +266,75 @@ def _check_agreement(source: str, b: Batch | None, last: Batch | None, last_sour
         )  # fmt: skip
 
 
-def _verify(
-    ctx: CopyContext, inflight: queue.Queue[_Sent | None], slot: threading.Semaphore
+def _on_answer(
+    ctx: CopyContext, sent: _Sent, fut: ProduceFuture, slot: threading.Semaphore
 ) -> None:
-    answer_timeout = ctx.opts.produce_timeout_ms / 1000 + 10
-    where: dict[str, Any] = {
-        "cluster": ctx.local.name,
-        "topic": ctx.topic,
-        "partition": ctx.partition,
-    }
+    """Check one append's answer (run by the writer as it arrives); gives the slot back only
+    if the batch landed at the source's offset (or was dropped unsent)."""
     try:
-        while True:
-            sent = inflight.get()
-            if sent is None:
-                return
-            base, nxt = sent.base, sent.next_offset
-            try:
-                res = sent.future.result(answer_timeout)
-            except Cancelled:
-                ctx.budget.release(sent.size)
-                slot.release()
-                continue  # dropped unsent because the partition had already stopped
-            except PartsyncError as e:
-                if e.topic is None:
-                    e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
-                ctx.unconfirmed_end = nxt  # sent; the broker may have appended it
-                raise
-            if res is None:
-                raise ClusterError("Produce response lacks the partition", offset=base, **where)
-            if res.error_code in FENCED_CODES:
-                raise FencedError(
-                    f"append of batch {base}..{nxt - 1} was refused: another partsync writer "
-                    "of this partition has a newer producer epoch; stopped writing it",
-                    offset=base, **where,
-                )  # fmt: skip
-            detail = f" ({res.error_message})" if res.error_message else ""
-            if res.error_code in REFUSED_RECORD_CODES:
-                # Nothing landed (Kafka validates the whole batch before appending it), and
-                # sending it again would be refused again: the local topic's configs must change.
-                raise UnsafeError(
-                    f"the local broker refused batch {base}..{nxt - 1} from {sent.source} with "
-                    f"{error_name(res.error_code)}{detail}: check the local topic's configs "
-                    "(message.timestamp.*, cleanup.policy, max.message.bytes)",
-                    offset=base, **where,
-                )  # fmt: skip
-            if res.error_code in UNKNOWN_OUTCOME_CODES:
-                ctx.unconfirmed_end = nxt
-            if res.error_code:
-                raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
-                                   offset=base, **where)  # fmt: skip
-            if res.base_offset != base:
-                raise AppendMismatchError(
-                    f"batch from {sent.source} with base offset {base} landed at offset "
-                    f"{res.base_offset}: another writer or a changed log; stopped writing",
-                    offset=base, **where,
-                )  # fmt: skip
-            if sent.filler:
-                ctx.confirmed_end = nxt
-            else:
-                ctx.confirmed(sent.source, sent.size, nxt)
-            ctx.budget.release(sent.size)
-            slot.release()  # only now may the next batch of this partition go out
+        _check_answer(ctx, sent, fut)
     except PartsyncError as e:
         # Fail before anything else: the appender, waiting for the slot, must see the copy
         # stopping, and the slot is not given back.
         ctx.append_failed.set()
         ctx.fail(e)
+        return
     except Exception as e:
         ctx.append_failed.set()
-        log.exception("verifier failed")
+        log.exception("checking an append's answer failed")
         ctx.fail(PartsyncError(f"verifier crashed: {e!r}", cluster=ctx.local.name))
+        return
+    slot.release()  # only now may the next batch of this partition go out
+
+
+def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> None:
+    where: dict[str, Any] = {
+        "cluster": ctx.local.name,
+        "topic": ctx.topic,
+        "partition": ctx.partition,
+    }
+    base, nxt = sent.base, sent.next_offset
+    try:
+        res = fut.outcome()
+    except Cancelled:
+        ctx.budget.release(sent.size)
+        return  # dropped unsent because the partition had already stopped
+    except PartsyncError as e:
+        if e.topic is None:
+            e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
+        ctx.unconfirmed_end = nxt  # sent; the broker may have appended it
+        raise
+    if res is None:
+        raise ClusterError("Produce response lacks the partition", offset=base, **where)
+    if res.error_code in FENCED_CODES:
+        raise FencedError(
+            f"append of batch {base}..{nxt - 1} was refused: another partsync writer "
+            "of this partition has a newer producer epoch; stopped writing it",
+            offset=base, **where,
+        )  # fmt: skip
+    detail = f" ({res.error_message})" if res.error_message else ""
+    if res.error_code in REFUSED_RECORD_CODES:
+        # Nothing landed (Kafka validates the whole batch before appending it), and
+        # sending it again would be refused again: the local topic's configs must change.
+        raise UnsafeError(
+            f"the local broker refused batch {base}..{nxt - 1} from {sent.source} with "
+            f"{error_name(res.error_code)}{detail}: check the local topic's configs "
+            "(message.timestamp.*, cleanup.policy, max.message.bytes)",
+            offset=base, **where,
+        )  # fmt: skip
+    if res.error_code in UNKNOWN_OUTCOME_CODES:
+        ctx.unconfirmed_end = nxt
+    if res.error_code:
+        raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
+                           offset=base, **where)  # fmt: skip
+    if res.base_offset != base:
+        raise AppendMismatchError(
+            f"batch from {sent.source} with base offset {base} landed at offset "
+            f"{res.base_offset}: another writer or a changed log; stopped writing",
+            offset=base, **where,
+        )  # fmt: skip
+    if sent.filler:
+        ctx.confirmed_end = nxt
+    else:
+        ctx.confirmed(sent.source, sent.size, nxt)
+    ctx.budget.release(sent.size)

@@ -3,7 +3,7 @@
 Partition copies submit rewritten batches; the writer packs whatever is waiting into Produce
 requests with at most one batch per partition (Apache Kafka's rule for client appends), keeps a
 few requests in flight on one connection, and hands each partition's answer back through a
-``ProduceFuture`` that the partition's own verifier checks (base offset, error code). Each
+``ProduceFuture`` whose callback checks it for the partition (base offset, error code). Each
 partition's batches go out in submission order, one request after another, so the idempotent
 sequence still orders them; a partition that has stopped (``cancelled()``) has its waiting
 batches dropped, never sent.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,33 +24,72 @@ from partsync.errors import Cancelled, ClusterError, PartsyncError
 
 __all__ = ["ProduceFuture", "SharedWriter"]
 
+log = logging.getLogger(__name__)
+
 
 class ProduceFuture:
-    __slots__ = ("_error", "_event", "_value")
+    """One partition's answer in a Produce response. ``on_done`` runs a callback in the thread
+    that sets the answer (the writer's receiver), so no thread per partition waits for it."""
+
+    __slots__ = ("_answered", "_callback", "_error", "_event", "_lock", "_value")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
         self._value: ProducedPartition | None = None
         self._error: PartsyncError | None = None
+        self._callback: Callable[[ProduceFuture], None] | None = None
+        self._answered = False
 
     def set(
         self, value: ProducedPartition | None = None, error: PartsyncError | None = None
     ) -> None:
-        self._value, self._error = value, error
+        with self._lock:
+            if self._answered:
+                return  # answered once (a failure racing an answer): the first one stands
+            self._answered = True
+            self._value, self._error = value, error
+            callback, self._callback = self._callback, None
+        if callback is not None:
+            _run_callback(callback, self)
+        # Set after the callback ran: whoever sees the future done sees its callback's effects.
         self._event.set()
+
+    def on_done(self, callback: Callable[[ProduceFuture], None]) -> None:
+        """Run ``callback(self)`` once answered: at once in this thread if it already is."""
+        with self._lock:
+            if not self._answered:
+                self._callback = callback
+                return
+        _run_callback(callback, self)
 
     def done(self) -> bool:
         return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once answered and its callback has run."""
+        return self._event.wait(timeout)
 
     def result(self, timeout: float) -> ProducedPartition | None:
         """The broker's answer for this partition; raises the failure, or ClusterError on timeout."""
         if not self._event.wait(timeout):
             raise ClusterError(f"no Produce answer within {timeout:.0f}s")
+        return self.outcome()
+
+    def outcome(self) -> ProducedPartition | None:
+        """The answer of a future that is answered (raises its failure)."""
         if self._error is not None:
             # One lost connection fails the appends of many partitions with one error: each
             # waiter gets a copy of its own, to locate at its partition.
             raise copy.copy(self._error)
         return self._value
+
+
+def _run_callback(callback: Callable[[ProduceFuture], None], fut: ProduceFuture) -> None:
+    try:
+        callback(fut)
+    except Exception:  # a bug in a partition's callback must not take the writer down
+        log.exception("Produce answer callback failed")
 
 
 def _as_error(e: BaseException, cluster: str | None, what: str = "Produce failed") -> PartsyncError:
@@ -79,7 +119,10 @@ class SharedWriter:
         self._conn = conn
         self._timeout_ms = timeout_ms
         self._max_request_bytes = max_request_bytes
-        self._cv = threading.Condition()
+        # One lock, two conditions: a submission wakes the sender only, a sent request the receiver.
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)  # something to send
+        self._rcv = threading.Condition(lock)  # something sent, to be answered
         self._waiting: collections.deque[_Submission] = collections.deque()
         self._sent: collections.deque[list[_Submission] | None] = collections.deque()
         self._slots = threading.BoundedSemaphore(max_in_flight)
@@ -109,7 +152,7 @@ class SharedWriter:
                 )
                 return fut
             self._waiting.append(_Submission(topic, partition, data, cancelled, fut))
-            self._cv.notify_all()
+            self._cv.notify()
         return fut
 
     def _next_request(self) -> list[_Submission]:
@@ -175,7 +218,7 @@ class SharedWriter:
                     broken = self._broken
                     if broken is None:
                         self._sent.append(batch)
-                        self._cv.notify_all()
+                        self._rcv.notify()
                 if broken is not None:
                     for s in batch:
                         s.future.set(error=broken)
@@ -189,14 +232,14 @@ class SharedWriter:
         finally:
             with self._cv:
                 self._sent.append(None)  # tells the receiver nothing more will be sent
-                self._cv.notify_all()
+                self._rcv.notify()
 
     def _receive_loop(self) -> None:
         try:
             while True:
                 with self._cv:
                     while not self._sent:
-                        self._cv.wait(0.5)
+                        self._rcv.wait(0.5)
                     batch = self._sent.popleft()
                 if batch is None:
                     return
@@ -238,6 +281,7 @@ class SharedWriter:
             self._sent.clear()
             self._waiting.clear()
             self._cv.notify_all()
+            self._rcv.notify_all()
         for s in pending:
             if not s.future.done():
                 s.future.set(error=err)
@@ -247,6 +291,7 @@ class SharedWriter:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+            self._rcv.notify_all()
         self._sender.join(timeout=self._timeout_ms / 1000 + 5)
         self._receiver.join(timeout=self._timeout_ms / 1000 + 5)
         self._conn.close()

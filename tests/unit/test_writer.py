@@ -177,3 +177,52 @@ def test_each_partition_gets_its_own_error_to_locate() -> None:
     errors[0].partition = 0
     assert [e.partition for e in errors[1:]] == [None, None]
     w.close()
+
+
+def test_future_callback_runs_once_in_the_answering_thread_before_done() -> None:
+    from partsync.io.writer import ProduceFuture
+
+    fut = ProduceFuture()
+    seen: list[tuple[str, bool, int | None]] = []
+    fut.on_done(lambda f: seen.append((threading.current_thread().name, f.done(),
+                                       f.outcome().base_offset)))  # fmt: skip
+    answer = ProducedPartition(0, 0, 7, 0, None)
+    t = threading.Thread(target=fut.set, args=(answer,), name="answering")
+    t.start()
+    t.join()
+    # The callback ran in the answering thread, before the future counted as done.
+    assert seen == [("answering", False, 7)]
+    assert fut.done() and fut.wait(0)
+    fut.set(error=ClusterError("late failure"))  # a second answer is ignored
+    assert fut.result(0).base_offset == 7 and len(seen) == 1
+
+
+def test_future_callback_added_after_the_answer_runs_at_once() -> None:
+    from partsync.io.writer import ProduceFuture
+
+    fut = ProduceFuture()
+    fut.set(error=ClusterError("cut"))
+    seen: list[str] = []
+
+    def check(f: ProduceFuture) -> None:
+        with pytest.raises(ClusterError):
+            f.outcome()
+        seen.append(threading.current_thread().name)
+
+    fut.on_done(check)
+    assert seen == [threading.current_thread().name]
+
+
+def test_a_failing_callback_does_not_break_the_writer() -> None:
+    w = SharedWriter(ScriptedBroker())  # type: ignore[arg-type]
+    try:
+        first = w.submit("t", 0, b"x", never)
+
+        def boom(_f: object) -> None:
+            raise RuntimeError("bug in a partition's check")
+
+        first.on_done(boom)
+        assert first.wait(5)
+        assert w.submit("t", 0, b"y", never).result(5).base_offset == 1
+    finally:
+        w.close()
