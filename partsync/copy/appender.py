@@ -1,4 +1,4 @@
-"""The appender and its verifier: batches go to the local cluster strictly in offset order, and
+"""The appender and the check of every answer: batches go to the local cluster strictly in offset order, and
 every answer must put the batch at exactly the source's offset.
 
 The appender walks a copy's pieces in offset order. At each piece's first batch it compares the
@@ -18,11 +18,12 @@ once.
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ from partsync.errors import (
     DivergenceError,
     FencedError,
     PartsyncError,
+    StoppedError,
     UnsafeError,
 )
 from partsync.io.writer import ProduceFuture
@@ -72,11 +74,7 @@ def append_in_order(
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
-    # ``slot`` admits one append at a time: the answer's check (run by the writer as the answer
-    # arrives, ``_on_answer``) gives it back only after the batch landed at the source's
-    # offset, never after a failure (the appender then sees the copy stopping).
-    slot = threading.Semaphore(1)
-    sender = _Sender(ctx, writer, slot, session)
+    sender = _Sender(ctx, writer, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
     # The boundary batch of an empty piece (a batch from before it covered it all): the next
@@ -139,12 +137,7 @@ def append_in_order(
         # Wait for the outstanding answer. A request sent before a failure may well have been
         # appended: it is verified and counted like any other, so the result shows where the
         # local log really ends.
-        sent = sender.outstanding
-        answered = sent is None or sent.future.wait(
-            max(0.0, sent.at + sender.answer_timeout - time.monotonic())
-        )
-        if not answered and sent is not None and ctx.error is None:
-            ctx.fail(sender.no_answer(sent))
+        answered = sender.settle()
         ctx.budget.close()
         if ctx.failed.is_set():
             ctx.close_all()  # wakes fetchers blocked on a connection
@@ -153,18 +146,36 @@ def append_in_order(
         session.usable = ctx.error is None and answered
 
 
-class _Sender:
-    """Sends a partition's appends, one in flight: each batch is rewritten with the session's
-    producer identity and next sequence, and waits for the slot that the answer's check gives
-    back only after the previous batch was verified."""
+@dataclass(frozen=True, slots=True)
+class _Next:
+    """A rewritten batch waiting for the partition's append in flight to be verified."""
 
-    def __init__(
-        self, ctx: CopyContext, writer: Any, slot: threading.Semaphore, session: ProducerSession
-    ) -> None:
-        self.ctx, self.writer, self.slot = ctx, writer, slot
+    data: Any
+    base: int
+    next_offset: int
+    size: int
+    source: str
+    filler: bool
+
+
+class _Sender:
+    """Sends a partition's appends, one in flight. Each batch is rewritten with the session's
+    producer identity and next sequence. While an append is in flight the next batch waits
+    here, staged; the answer's check (run by the writer as the answer arrives, ``_answered``)
+    submits it only after the previous batch landed at the source's offset, never after a
+    failure (the appender then sees the copy stopping). Submitting from the answer's check
+    means the partitions answered together are in the writer together again when it sends
+    its next request."""
+
+    def __init__(self, ctx: CopyContext, writer: Any, session: ProducerSession) -> None:
+        self.ctx, self.writer = ctx, writer
         self.pid, self.epoch, self.sequence = session.producer_id, session.epoch, session.sequence
         self.answer_timeout = ctx.opts.produce_timeout_ms / 1000 + 10
-        self.outstanding: _Sent | None = None  # the last append sent
+        self._cv = threading.Condition()
+        self.outstanding: _Sent | None = None  # the append in flight (or the last one sent)
+        self._checked: _Sent | None = None  # the last append whose answer's check has ended
+        self._in_flight = False
+        self._staged: _Next | None = None
 
     def _drop_unsent(self) -> bool:
         """Batches submitted but not yet sent are dropped once an append failed or went to the
@@ -181,32 +192,102 @@ class _Sender:
             offset=sent.base,
         )  # fmt: skip
 
-    def _acquire(self) -> None:
-        while not self.slot.acquire(timeout=0.5):
+    def _overdue(self, sent: _Sent) -> bool:
+        """No answer in time. The clock starts when the writer sent the request (a batch may
+        first wait for the writer's request in flight), or, not sent yet, at twice the limit."""
+        if sent.future.done():
+            return False
+        t0 = sent.future.sent_at
+        if t0 is None:
+            return time.monotonic() - sent.at > 2 * self.answer_timeout
+        return time.monotonic() - t0 > self.answer_timeout
+
+    def _wait(self, done: Callable[[], bool]) -> None:
+        """Wait (holding the condition) until ``done()``, the copy stops, or the append in
+        flight is unanswered for too long."""
+        while not done():
+            self._cv.wait(0.5)
             self.ctx.check_running()
             sent = self.outstanding
-            if sent is not None and time.monotonic() - sent.at > self.answer_timeout:
+            if not done() and sent is not None and self._overdue(sent):
                 self.ctx.append_failed.set()
                 raise self.no_answer(sent)
-        self.ctx.check_running()
+        self.ctx.check_running()  # a staged batch dropped because the copy stopped
 
     def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
         """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied)."""
+        self.ctx.check_running()
         data = rewrite_parts(b, self.pid, self.epoch, self.sequence)  # views, not copies
         self.sequence = (self.sequence + b.record_count) & 0x7FFFFFFF
-        self._acquire()
-        fut = self.writer.submit(self.ctx.topic, self.ctx.partition, data, self._drop_unsent)
         base = b.base_offset if at is None else at
         size = 0 if filler else b.size  # fillers hold no budget
-        sent = _Sent(base, base + b.last_offset_delta + 1, size, source, fut, time.monotonic(),
-                     filler)  # fmt: skip
-        self.outstanding = sent
-        fut.on_done(lambda f: _on_answer(self.ctx, sent, f, self.slot))
+        nxt = _Next(data, base, base + b.last_offset_delta + 1, size, source, filler)
+        with self._cv:
+            if self._in_flight:
+                self._staged = nxt  # the answer's check submits it
+                try:
+                    self._wait(lambda: self._staged is not nxt)
+                except BaseException:
+                    if self._staged is nxt:
+                        self._staged = None  # given up: nobody may send it later
+                    raise
+                return
+            self._in_flight = True
+        self._submit(nxt)
+
+    def _submit(self, nxt: _Next) -> None:
+        """Submit to the writer (never while holding the condition: the writer may run an
+        answer's check, which takes it, while holding its own lock)."""
+        fut = self.writer.submit(self.ctx.topic, self.ctx.partition, nxt.data, self._drop_unsent)
+        sent = _Sent(nxt.base, nxt.next_offset, nxt.size, nxt.source, fut, time.monotonic(),
+                     nxt.filler)  # fmt: skip
+        with self._cv:
+            self.outstanding = sent
+            self._cv.notify_all()
+        fut.on_done(lambda f: self._answered(sent, f))
+
+    def _answered(self, sent: _Sent, fut: ProduceFuture) -> None:
+        outcome = _on_answer(self.ctx, sent, fut)
+        nxt = None
+        with self._cv:
+            if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
+                nxt, self._staged = self._staged, None
+            else:
+                self._staged = None  # never sent: a failure or a stop
+            if nxt is None:
+                self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes out
+                self._checked = sent
+                self._cv.notify_all()
+                return
+        try:
+            self._submit(nxt)
+        except Exception as e:  # a bug: the batch is lost, so the copy must fail, not go on
+            log.exception("submitting the next append failed")
+            self.ctx.append_failed.set()
+            self.ctx.fail(PartsyncError(f"submitting an append failed: {e!r}",
+                                        cluster=self.ctx.local.name, offset=nxt.base))  # fmt: skip
+            with self._cv:
+                self._checked = sent
+                self._cv.notify_all()
+
+    def settle(self) -> bool:
+        """Wait until the last append submitted has been answered and checked; False (the copy
+        failed) if no answer came in time."""
+        with self._cv:
+            while True:
+                sent = self.outstanding
+                if sent is None or self._checked is sent:
+                    return True
+                if self._overdue(sent):
+                    if self.ctx.error is None:
+                        self.ctx.fail(self.no_answer(sent))
+                    return False
+                self._cv.wait(0.5)
 
     def wait_confirmed(self) -> None:
         """Return once every append sent so far was verified."""
-        self._acquire()
-        self.slot.release()
+        with self._cv:
+            self._wait(lambda: not self._in_flight)
 
 
 def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
@@ -266,28 +347,35 @@ def _check_agreement(source: str, b: Batch | None, last: Batch | None, last_sour
         )  # fmt: skip
 
 
-def _on_answer(
-    ctx: CopyContext, sent: _Sent, fut: ProduceFuture, slot: threading.Semaphore
-) -> None:
-    """Check one append's answer (run by the writer as it arrives); gives the slot back only
-    if the batch landed at the source's offset (or was dropped unsent)."""
+class _Outcome(enum.Enum):
+    VERIFIED = "verified"  # landed at the source's offset
+    DROPPED = "dropped"  # never sent: the partition had stopped
+    FAILED = "failed"  # the copy failed (recorded in the context)
+
+
+def _on_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> _Outcome:
+    """Check one append's answer (run by the writer as it arrives)."""
     try:
-        _check_answer(ctx, sent, fut)
+        if not _check_answer(ctx, sent, fut):
+            if ctx.error is None:  # a stop request dropped it after the appender's last look
+                ctx.fail(StoppedError("stopped on request before catching up"))
+            return _Outcome.DROPPED
     except PartsyncError as e:
-        # Fail before anything else: the appender, waiting for the slot, must see the copy
-        # stopping, and the slot is not given back.
+        # Fail before anything else: the appender, waiting to send, must see the copy stopping.
         ctx.append_failed.set()
         ctx.fail(e)
-        return
+        return _Outcome.FAILED
     except Exception as e:
         ctx.append_failed.set()
         log.exception("checking an append's answer failed")
         ctx.fail(PartsyncError(f"verifier crashed: {e!r}", cluster=ctx.local.name))
-        return
-    slot.release()  # only now may the next batch of this partition go out
+        return _Outcome.FAILED
+    return _Outcome.VERIFIED
 
 
-def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> None:
+def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> bool:
+    """True if the batch landed at the source's offset, False if it was dropped unsent; raises
+    what went wrong otherwise."""
     where: dict[str, Any] = {
         "cluster": ctx.local.name,
         "topic": ctx.topic,
@@ -298,7 +386,7 @@ def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> None:
         res = fut.outcome()
     except Cancelled:
         ctx.budget.release(sent.size)
-        return  # dropped unsent because the partition had already stopped
+        return False  # dropped unsent because the partition had already stopped
     except PartsyncError as e:
         if e.topic is None:
             e.topic, e.partition, e.offset = ctx.topic, ctx.partition, base
@@ -338,3 +426,4 @@ def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> None:
     else:
         ctx.confirmed(sent.source, sent.size, nxt)
     ctx.budget.release(sent.size)
+    return True

@@ -23,6 +23,7 @@ class ScriptedBroker:
         hold: threading.Event | None = None,
         fail_after: int | None = None,
         cut_at: int | None = None,
+        answer_gate: threading.Event | None = None,
     ) -> None:
         self.cluster = "test"
         self.requests: list[dict[str, dict[int, bytes]]] = []
@@ -33,6 +34,7 @@ class ScriptedBroker:
         self._fail_after = fail_after
         self._cut_at = cut_at  # the answer to this request (0-based) never comes: cut
         self._received = 0
+        self._answer_gate = answer_gate  # answers are read only once it is set
         self.closed = False
 
     def send_produce_many(self, batches, *, acks: int, timeout_ms: int) -> None:
@@ -53,6 +55,8 @@ class ScriptedBroker:
             self._cv.notify_all()
 
     def receive_produce_many(self):
+        if self._answer_gate is not None:
+            self._answer_gate.wait(5)
         with self._cv:
             if self._cut_at is not None and self._received == self._cut_at:
                 self.closed = True
@@ -95,6 +99,51 @@ def test_partitions_share_requests_with_one_batch_each_and_order_kept() -> None:
         assert sent == [0, 1, 2]  # each partition's batches in submission order
         bases = [res.base_offset for q, _, res in results if q == p]
         assert bases == [0, 10, 20]
+
+
+def _wait_for_requests(broker: ScriptedBroker, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(broker.requests) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(broker.requests) == n
+
+
+def test_batches_arriving_while_a_request_is_in_flight_go_together_with_its_answer() -> None:
+    gate = threading.Event()
+    broker = ScriptedBroker(answer_gate=gate)
+    w = SharedWriter(broker, max_in_flight=5)  # type: ignore[arg-type]
+    try:
+        first = w.submit("t", 0, b"a", never)
+        _wait_for_requests(broker, 1)  # nothing was in flight: it went at once
+        later = [w.submit("t", p, b"b", never) for p in (1, 2, 3)]
+        time.sleep(0.3)
+        assert len(broker.requests) == 1  # held for the answer in flight, not sent one by one
+        gate.set()
+        assert first.result(5).base_offset == 0
+        assert [f.result(5).base_offset for f in later] == [0, 0, 0]
+        assert [sorted(r["t"]) for r in broker.requests] == [[0], [1, 2, 3]]
+    finally:
+        gate.set()
+        w.close()
+
+
+def test_enough_waiting_partitions_go_without_waiting_for_the_answer() -> None:
+    from partsync.io.writer import PACK_PARTITIONS
+
+    gate = threading.Event()
+    broker = ScriptedBroker(answer_gate=gate)
+    w = SharedWriter(broker, max_in_flight=5)  # type: ignore[arg-type]
+    try:
+        w.submit("t", 0, b"a", never)
+        _wait_for_requests(broker, 1)
+        many = [w.submit("t", p, b"b", never) for p in range(1, 1 + PACK_PARTITIONS)]
+        _wait_for_requests(broker, 2)  # sent while the first answer is still held back
+        assert sorted(broker.requests[1]["t"]) == list(range(1, 1 + PACK_PARTITIONS))
+        gate.set()
+        assert all(f.result(5).base_offset == 0 for f in many)
+    finally:
+        gate.set()
+        w.close()
 
 
 def test_cancelled_batches_are_dropped_unsent() -> None:

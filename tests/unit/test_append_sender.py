@@ -1,0 +1,155 @@
+"""The appender's sender over a stand-in writer: one append per partition in flight, the next
+one handed to the writer by the previous answer's check, nothing sent after a failure, and
+``settle`` returning only once the last answer was checked.
+
+The stand-in answers only when the test says so; the real wire path is covered by the
+integration tests and the strict Produce proxy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from partsync._kafka import ProducedPartition
+from partsync.copy.appender import _Sender
+from partsync.copy.context import CopyContext, Stop
+from partsync.copy.options import CopyOptions
+from partsync.copy.producer import ProducerSession
+from partsync.errors import AppendMismatchError, Cancelled, ClusterError, StoppedError
+from partsync.io.writer import ProduceFuture
+from partsync.plan.topic_rules import LocalTopicRules
+from partsync.wire.batch import Batch
+from partsync.wire.filler import filler_batch
+
+
+class HeldWriter:
+    """Records submissions; answers none until told to."""
+
+    def __init__(self, fail_at_once: ClusterError | None = None) -> None:
+        self.submitted: list[tuple[Any, ProduceFuture]] = []
+        self._fail_at_once = fail_at_once
+        self._lock = threading.Lock()
+
+    def submit(self, topic: str, partition: int, data: Any, cancelled: Any) -> ProduceFuture:
+        fut = ProduceFuture()
+        with self._lock:
+            self.submitted.append((data, fut))
+        if self._fail_at_once is not None:
+            fut.set(error=self._fail_at_once)  # a broken writer answers before on_done
+        return fut
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.submitted)
+
+    def answer(self, n: int, base: int) -> None:
+        self.submitted[n][1].set(ProducedPartition(0, 0, base, 0, None))
+
+
+def _ctx() -> CopyContext:
+    plan: Any = SimpleNamespace(topic="t", partition=0, local=SimpleNamespace(end=0))
+    local: Any = SimpleNamespace(name="local")
+    return CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, None)
+
+
+def _sender(ctx: CopyContext, writer: HeldWriter) -> _Sender:
+    return _Sender(ctx, writer, ProducerSession(producer_id=7, epoch=0, sequence=0))
+
+
+BATCH = Batch.parse(memoryview(filler_batch(3, 0)))  # three records
+
+
+def _send_in_thread(sender: _Sender, at: int) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sender.send(BATCH, "a", at=at, filler=True)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, errors
+
+
+def _wait_until(cond: Any) -> None:
+    deadline = time.monotonic() + 5
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cond()
+
+
+def test_the_next_batch_goes_out_only_after_the_previous_answer_was_verified() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    assert writer.count() == 1  # nothing in flight: submitted at once
+    t, errors = _send_in_thread(sender, 3)
+    time.sleep(0.3)
+    assert writer.count() == 1 and t.is_alive()  # staged behind the unanswered append
+    writer.answer(0, 0)  # verified: its check submits the staged batch
+    t.join(5)
+    assert not t.is_alive() and not errors and writer.count() == 2
+    settled: list[bool] = []
+    s = threading.Thread(target=lambda: settled.append(sender.settle()), daemon=True)
+    s.start()
+    time.sleep(0.3)
+    assert not settled  # the last append is unanswered
+    writer.answer(1, 3)
+    s.join(5)
+    assert settled == [True] and ctx.error is None and ctx.confirmed_end == 6
+
+
+def test_nothing_more_is_sent_after_an_append_landed_elsewhere() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    t, errors = _send_in_thread(sender, 3)
+    time.sleep(0.2)
+    writer.answer(0, 5)  # landed at 5, not 0: another writer
+    t.join(5)
+    assert isinstance(ctx.error, AppendMismatchError)
+    assert writer.count() == 1  # the staged batch was never handed to the writer
+    assert errors and isinstance(errors[0], Stop)
+    with pytest.raises(Stop):
+        sender.send(BATCH, "a", at=3, filler=True)
+    assert writer.count() == 1
+
+
+def test_settle_waits_for_the_check_of_an_answer_that_came_before_it() -> None:
+    ctx, writer = _ctx(), HeldWriter(fail_at_once=ClusterError("writer closed"))
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    sender.settle()
+    # The failure was checked (and recorded) before settle returned: the session is not usable.
+    assert isinstance(ctx.error, ClusterError) and ctx.unconfirmed_end == 3
+
+
+def test_a_last_batch_dropped_unsent_fails_the_copy() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    writer.submitted[0][1].set(error=Cancelled("partition stopped; batch not sent"))
+    assert sender.settle()
+    # A stop dropped it after the appender's last look: the copy did not end cleanly.
+    assert isinstance(ctx.error, StoppedError) and ctx.confirmed_end == 0
+
+
+def test_wait_confirmed_returns_only_once_the_append_is_verified() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (sender.wait_confirmed(), done.set()), daemon=True)
+    t.start()
+    time.sleep(0.3)
+    assert not done.is_set()
+    writer.answer(0, 0)
+    _wait_until(done.is_set)
+    assert ctx.confirmed_end == 3
