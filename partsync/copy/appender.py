@@ -210,8 +210,10 @@ class _Sender:
             self.ctx.check_running()
             sent = self.outstanding
             if not done() and sent is not None and self._overdue(sent):
+                err = self.no_answer(sent)
+                self.ctx.fail(err)  # before append_failed: what that drops is not "a stop"
                 self.ctx.append_failed.set()
-                raise self.no_answer(sent)
+                raise err
         self.ctx.check_running()  # a staged batch dropped because the copy stopped
 
     def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
@@ -247,28 +249,30 @@ class _Sender:
         fut.on_done(lambda f: self._answered(sent, f))
 
     def _answered(self, sent: _Sent, fut: ProduceFuture) -> None:
-        outcome = _on_answer(self.ctx, sent, fut)
-        nxt = None
-        with self._cv:
-            if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
-                nxt, self._staged = self._staged, None
-            else:
-                self._staged = None  # never sent: a failure or a stop
-            if nxt is None:
-                self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes out
-                self._checked = sent
-                self._cv.notify_all()
-                return
+        handed_on = False  # the staged batch went to the writer: its own check ends the wait
         try:
-            self._submit(nxt)
-        except Exception as e:  # a bug: the batch is lost, so the copy must fail, not go on
-            log.exception("submitting the next append failed")
-            self.ctx.append_failed.set()
-            self.ctx.fail(PartsyncError(f"submitting an append failed: {e!r}",
-                                        cluster=self.ctx.local.name, offset=nxt.base))  # fmt: skip
+            outcome = _on_answer(self.ctx, sent, fut)
             with self._cv:
-                self._checked = sent
-                self._cv.notify_all()
+                nxt = None
+                if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
+                    nxt = self._staged
+                self._staged = None  # sent now, or never: a failure or a stop
+                if nxt is None:
+                    self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes
+            if nxt is not None:
+                try:
+                    self._submit(nxt)
+                    handed_on = True
+                except Exception as e:  # a bug: the batch is lost, so the copy must fail
+                    log.exception("submitting the next append failed")
+                    self.ctx.fail(PartsyncError(f"submitting an append failed: {e!r}",
+                                                cluster=self.ctx.local.name, offset=nxt.base))  # fmt: skip
+                    self.ctx.append_failed.set()
+        finally:
+            if not handed_on:
+                with self._cv:
+                    self._checked = sent
+                    self._cv.notify_all()
 
     def settle(self) -> bool:
         """Wait until the last append submitted has been answered and checked; False (the copy
@@ -357,7 +361,8 @@ def _on_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> _Outcome:
     """Check one append's answer (run by the writer as it arrives)."""
     try:
         if not _check_answer(ctx, sent, fut):
-            if ctx.error is None:  # a stop request dropped it after the appender's last look
+            if ctx.error is None and ctx.external_stop.is_set():
+                # A stop request dropped it after the appender's last look.
                 ctx.fail(StoppedError("stopped on request before catching up"))
             return _Outcome.DROPPED
     except PartsyncError as e:

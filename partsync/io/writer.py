@@ -222,6 +222,11 @@ class SharedWriter:
                         self._slots.release()
                         return
                     batch = self._next_request()
+                    if batch:
+                        # Counted now, not once sent: an answer handed out during the send
+                        # must still let what it brought go out next.
+                        self._in_flight += 1
+                        self._answered_since_send = False
                 if not batch:
                     self._slots.release()
                     continue
@@ -250,8 +255,6 @@ class SharedWriter:
                     broken = self._broken
                     if broken is None:
                         self._sent.append(batch)
-                        self._in_flight += 1
-                        self._answered_since_send = False
                         self._rcv.notify()
                 if broken is not None:
                     for s in batch:

@@ -30,12 +30,21 @@ from partsync.wire.filler import filler_batch
 class HeldWriter:
     """Records submissions; answers none until told to."""
 
-    def __init__(self, fail_at_once: ClusterError | None = None) -> None:
+    def __init__(
+        self,
+        fail_at_once: ClusterError | None = None,
+        hold_from: int | None = None,
+        gate: threading.Event | None = None,
+    ) -> None:
         self.submitted: list[tuple[Any, ProduceFuture]] = []
         self._fail_at_once = fail_at_once
+        self._hold_from, self._gate = hold_from, gate  # submissions from this one wait
         self._lock = threading.Lock()
 
     def submit(self, topic: str, partition: int, data: Any, cancelled: Any) -> ProduceFuture:
+        held = self._hold_from is not None and self.count() >= self._hold_from
+        if held and self._gate is not None:
+            self._gate.wait(5)
         fut = ProduceFuture()
         with self._lock:
             self.submitted.append((data, fut))
@@ -51,10 +60,10 @@ class HeldWriter:
         self.submitted[n][1].set(ProducedPartition(0, 0, base, 0, None))
 
 
-def _ctx() -> CopyContext:
+def _ctx(stop: threading.Event | None = None) -> CopyContext:
     plan: Any = SimpleNamespace(topic="t", partition=0, local=SimpleNamespace(end=0))
     local: Any = SimpleNamespace(name="local")
-    return CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, None)
+    return CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, stop)
 
 
 def _sender(ctx: CopyContext, writer: HeldWriter) -> _Sender:
@@ -122,19 +131,60 @@ def test_nothing_more_is_sent_after_an_append_landed_elsewhere() -> None:
     assert writer.count() == 1
 
 
-def test_settle_waits_for_the_check_of_an_answer_that_came_before_it() -> None:
+def test_settle_waits_through_a_batch_being_handed_to_the_writer() -> None:
+    gate = threading.Event()
+    ctx, writer = _ctx(), HeldWriter(hold_from=1, gate=gate)
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    t, errors = _send_in_thread(sender, 3)
+    time.sleep(0.2)
+    # The answer's check hands the staged batch to the writer, whose submit is slow.
+    answering = threading.Thread(target=writer.answer, args=(0, 0), daemon=True)
+    answering.start()
+    t.join(5)
+    assert not errors and not t.is_alive()  # the appender has moved on
+    settled: list[bool] = []
+    s = threading.Thread(target=lambda: settled.append(sender.settle()), daemon=True)
+    s.start()
+    time.sleep(0.3)
+    assert not settled  # the handed-on batch is neither submitted nor answered yet
+    gate.set()
+    _wait_until(lambda: writer.count() == 2)
+    time.sleep(0.2)
+    assert not settled
+    writer.answer(1, 3)
+    s.join(5)
+    assert settled == [True] and ctx.error is None and ctx.confirmed_end == 6
+
+
+def test_a_broken_writer_fails_the_copy_before_settle_returns() -> None:
     ctx, writer = _ctx(), HeldWriter(fail_at_once=ClusterError("writer closed"))
     sender = _sender(ctx, writer)
     sender.send(BATCH, "a", at=0, filler=True)
     sender.settle()
-    # The failure was checked (and recorded) before settle returned: the session is not usable.
     assert isinstance(ctx.error, ClusterError) and ctx.unconfirmed_end == 3
 
 
-def test_a_last_batch_dropped_unsent_fails_the_copy() -> None:
-    ctx, writer = _ctx(), HeldWriter()
+def test_a_verified_answer_after_a_stop_request_hands_nothing_on() -> None:
+    stop = threading.Event()
+    ctx, writer = _ctx(stop), HeldWriter()
     sender = _sender(ctx, writer)
     sender.send(BATCH, "a", at=0, filler=True)
+    t, errors = _send_in_thread(sender, 3)
+    time.sleep(0.2)
+    stop.set()
+    writer.answer(0, 0)
+    t.join(5)
+    assert writer.count() == 1 and errors and isinstance(errors[0], Stop)
+    assert ctx.confirmed_end == 3 and isinstance(ctx.error, StoppedError)
+
+
+def test_a_last_batch_dropped_unsent_fails_the_copy() -> None:
+    stop = threading.Event()
+    ctx, writer = _ctx(stop), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    stop.set()  # the writer drops it unsent, as it does once a stop was requested
     writer.submitted[0][1].set(error=Cancelled("partition stopped; batch not sent"))
     assert sender.settle()
     # A stop dropped it after the appender's last look: the copy did not end cleanly.
