@@ -1,5 +1,5 @@
-"""The appender and the check of every answer: batches go to the local cluster strictly in offset order, and
-every answer must put the batch at exactly the source's offset.
+"""The appender and the check of every answer: batches go to the local cluster strictly in
+offset order, and every answer must put the batch at exactly the source's offset.
 
 The appender walks a copy's pieces in offset order. At each piece's first batch it compares the
 serving source's copy of the previous batch with what it appended last, so two sources that
@@ -7,13 +7,13 @@ disagree are never mixed. Each batch is checked (no control/transactional batch,
 holes, no offset gap, the local topic stores it as sent), rewritten shallowly and submitted to
 the writer this process shares per local broker, which packs many partitions' batches into one
 Produce request. One append per partition is in flight at a time: the next batch goes out only
-after the previous one's answer was verified. The verification runs in the writer's receiving
-thread as each answer arrives (no thread per partition waits for answers). Kafka keeps no producer state for a partition it
-has not seen this producer on (every new session, and any partition whose state expired after
-``producer.id.expiration.ms``, which is all historical data) and then accepts any sequence, so
-a batch sent behind an append that is rejected would land at the rejected batch's offset. An
-error code, a fenced epoch or a base offset other than the source's stops the partition at
-once.
+after the previous one's answer was verified; that check runs in the writer's receiving thread
+as each answer arrives (no thread per partition waits for answers). Kafka keeps no producer
+state for a partition it has not seen this producer on (every new session, and any partition
+whose state expired after ``producer.id.expiration.ms``, which is all historical data) and then
+accepts any sequence, so a batch sent behind an append that is rejected would land at the
+rejected batch's offset. An error code, a fenced epoch or a base offset other than the source's
+stops the partition at once.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class _Sender:
         batch does not drop them: what came before it is still the source's data, in order."""
         return self.ctx.append_failed.is_set() or self.ctx.external_stop.is_set()
 
-    def no_answer(self, sent: _Sent) -> PartsyncError:
+    def _no_answer(self, sent: _Sent) -> PartsyncError:
         self.ctx.unconfirmed_end = sent.next_offset  # sent; the broker may have appended it
         return ClusterError(
             f"no Produce answer for batch {sent.base}..{sent.next_offset - 1} within "
@@ -210,7 +210,7 @@ class _Sender:
             self.ctx.check_running()
             sent = self.outstanding
             if not done() and sent is not None and self._overdue(sent):
-                err = self.no_answer(sent)
+                err = self._no_answer(sent)
                 self.ctx.fail(err)  # before append_failed: what that drops is not "a stop"
                 self.ctx.append_failed.set()
                 raise err
@@ -265,8 +265,9 @@ class _Sender:
                     handed_on = True
                 except Exception as e:  # a bug: the batch is lost, so the copy must fail
                     log.exception("submitting the next append failed")
-                    self.ctx.fail(PartsyncError(f"submitting an append failed: {e!r}",
-                                                cluster=self.ctx.local.name, offset=nxt.base))  # fmt: skip
+                    err = PartsyncError(f"submitting an append failed: {e!r}",
+                                        cluster=self.ctx.local.name, offset=nxt.base)  # fmt: skip
+                    self.ctx.fail(err)
                     self.ctx.append_failed.set()
         finally:
             if not handed_on:
@@ -284,7 +285,7 @@ class _Sender:
                     return True
                 if self._overdue(sent):
                     if self.ctx.error is None:
-                        self.ctx.fail(self.no_answer(sent))
+                        self.ctx.fail(self._no_answer(sent))
                     return False
                 self._cv.wait(0.5)
 

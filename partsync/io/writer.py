@@ -81,10 +81,6 @@ class ProduceFuture:
     def done(self) -> bool:
         return self._event.is_set()
 
-    def wait(self, timeout: float) -> bool:
-        """True once answered and its callback has run."""
-        return self._event.wait(timeout)
-
     def result(self, timeout: float) -> ProducedPartition | None:
         """The broker's answer for this partition; raises the failure, or ClusterError on timeout."""
         if not self._event.wait(timeout):
