@@ -2,7 +2,7 @@
 
     git worktree add /tmp/before <commit>
     python scripts/bench_compare.py /tmp/before . [--rounds 3] [--records 5000]
-        [--partitions 8] [--batch-bytes 65536] [--value-size 2000]
+        [--partitions 8] [--batch-bytes 65536] [--value-size 2000] [--parallelism 8]
 
 One source topic (``--partitions``, lz4, four produce calls of ``--records`` records per
 partition, in producer batches of ``--batch-bytes``; about 300 MB as stored by default) is
@@ -29,11 +29,11 @@ from partsync.demo.data import create_topic, make_records, produce
 TOPIC = "compare"
 
 
-def _copy(tree: Path, src: str, dst: str) -> tuple[float, float, int, int]:
+def _copy(tree: Path, src: str, dst: str, parallelism: int) -> tuple[float, float, int, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     argv = [sys.executable, "-m", "partsync", "sync", "--topic", TOPIC, "--sources", src,
-            "--local", dst, "--no-group", "--json"]  # fmt: skip
+            "--local", dst, "--no-group", "--json", "--parallelism", str(parallelism)]  # fmt: skip
     done = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -59,6 +59,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--batch-bytes", type=int, default=64 * 1024, help="producer batch.size")
     ap.add_argument("--value-size", type=int, default=2000, help="bytes per record value")
+    ap.add_argument("--parallelism", type=int, default=8, help="partsync sync --parallelism")
     args = ap.parse_args()
     src = start_tansu("compare-src")
     try:
@@ -75,7 +76,9 @@ def main() -> int:
                 try:
                     create_topic(dst.bootstrap, TOPIC, args.partitions)
                     broker0 = _broker_cpu(dst)
-                    wall, cpu, copied, code = _copy(tree.resolve(), src.bootstrap, dst.bootstrap)
+                    wall, cpu, copied, code = _copy(
+                        tree.resolve(), src.bootstrap, dst.bootstrap, args.parallelism
+                    )
                     broker = _broker_cpu(dst) - broker0
                 finally:
                     dst.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +95,10 @@ class ProducedPartition:
 
 
 def _fetch_request(
-    topic: str, wanted: list[tuple[int, int, int]], max_wait_ms: int, min_bytes: int, max_bytes: int
+    wanted: Mapping[str, list[tuple[int, int, int]]],
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
 ) -> FetchRequest:
     P = FetchRequest.FetchTopic.FetchPartition
     return FetchRequest(
@@ -110,9 +114,10 @@ def _fetch_request(
                 topic=topic,
                 partitions=[
                     P(partition=p, fetch_offset=o, partition_max_bytes=m, log_start_offset=-1)
-                    for p, o, m in wanted
+                    for p, o, m in parts
                 ],
             )
+            for topic, parts in wanted.items()
         ],
         forgotten_topics_data=[],
         rack_id="",
@@ -195,12 +200,28 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
     ) -> None:
         """Send a Fetch for (partition, offset, partition_max_bytes) triples; read it with
         ``receive_fetch``. min_bytes >= 1: Tansu answers min_bytes=0 with no partitions."""
-        self.send("Fetch", _fetch_request(topic, wanted, max_wait_ms, min_bytes, max_bytes))
+        self.send_fetch_many({topic: wanted}, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                             max_bytes=max_bytes)  # fmt: skip
+
+    def send_fetch_many(
+        self,
+        wanted: Mapping[str, list[tuple[int, int, int]]],
+        *,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        """``send_fetch`` for several topics; read it with ``receive_fetch_many``."""
+        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes))
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
         """The answer to ``send_fetch`` (one topic), its records views into the received body
         (``raw``: not copied); ``last_throttle_ms`` keeps how long the broker asked this client
         to wait before its next request (a quota)."""
+        return {p: f for (_t, p), f in self.receive_fetch_many().items()}
+
+    def receive_fetch_many(self) -> dict[tuple[str, int], FetchedPartition]:
+        """The answer to ``send_fetch_many`` by (topic, partition), as ``receive_fetch``."""
         body, at = self.receive_body()
         try:
             throttle, error, topics = decode_fetch_response(body, self.version("Fetch"), at)
@@ -213,10 +234,10 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         if error:
             raise_for_code(error, "Fetch", cluster=self.cluster)
         return {
-            p.partition: FetchedPartition(
+            (topic, p.partition): FetchedPartition(
                 p.partition, p.error_code, p.high_watermark, p.log_start_offset, p.records
             )
-            for parts in topics.values()
+            for topic, parts in topics.items()
             for p in parts
         }
 
@@ -252,7 +273,7 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests):
         all; then the partial answer is returned."""
         waited = 0.0
         while True:
-            req = _fetch_request(topic, wanted, max_wait_ms, min_bytes, max_bytes)
+            req = _fetch_request({topic: wanted}, max_wait_ms, min_bytes, max_bytes)
             out, throttle_ms = self._fetch_answer(self.call("Fetch", req))
             pause = min(throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
             if pause <= 0 or all(p in out for p, _o, _m in wanted):

@@ -18,6 +18,7 @@ stops the partition at once.
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 import queue
@@ -54,6 +55,10 @@ from partsync.wire.filler import filler_batch
 __all__ = ["append_in_order"]
 
 log = logging.getLogger(__name__)
+
+# Batches rewritten and waiting for the partition's append in flight (views, no copies; their
+# bytes are held in the copy's budget already).
+STAGED_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,38 +102,41 @@ def append_in_order(
                     if first and stream.boundary is not None:
                         carried = stream.boundary  # empty: a straddling batch covered it
                     break
-                assert isinstance(item, Batch)
-                b = item
-                if first:
-                    first = False
-                    _check_agreement(source, stream.boundary or carried, last, last_source)
-                    carried = None
-                if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
-                    # The mirror starts at the sources' log start: fill up to this batch, then
-                    # move the local log start past the fillers, before the first copied batch.
-                    expected = _fill(ctx, sender, expected, b.base_offset)
-                if b.base_offset != expected:
-                    raise UnsafeError(
-                        f"offset gap: the next batch from {source} starts at {b.base_offset} "
-                        f"but the local log end is {expected} (records removed by compaction "
-                        "or deletion cannot be recreated by producing)",
-                        cluster=source, offset=expected,
-                    )  # fmt: skip
-                try:
-                    check_appendable(b)
-                    ctx.rules.check(b)
-                except UnsafeError as e:
-                    e.cluster = e.cluster or source
-                    raise
-                sender.send(b, source)
-                if ctx.plan.bootstrap and b.base_offset < ctx.plan.copy_start <= b.last_offset:
-                    # The first copied batch begins below the sources' log start: once it is
-                    # in, the local log starts exactly where theirs does (before anything else
-                    # is appended, so a kill leaves no window for consumers to read below it).
-                    sender.wait_confirmed()
-                    ctx.local.delete_records(ctx.topic, ctx.partition, ctx.plan.copy_start)
-                expected = b.next_offset
-                last, last_source = b, source
+                assert isinstance(item, list)
+                for b in item:  # the batches of one fetch answer, in order
+                    if first:
+                        first = False
+                        _check_agreement(source, stream.boundary or carried, last, last_source)
+                        carried = None
+                    if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
+                        # The mirror starts at the sources' log start: fill up to this batch,
+                        # then move the local log start past the fillers, before the first
+                        # copied batch.
+                        expected = _fill(ctx, sender, expected, b.base_offset)
+                    if b.base_offset != expected:
+                        raise UnsafeError(
+                            f"offset gap: the next batch from {source} starts at "
+                            f"{b.base_offset} but the local log end is {expected} (records "
+                            "removed by compaction or deletion cannot be recreated by producing)",
+                            cluster=source, offset=expected,
+                        )  # fmt: skip
+                    try:
+                        check_appendable(b)
+                        ctx.rules.check(b)
+                    except UnsafeError as e:
+                        e.cluster = e.cluster or source
+                        raise
+                    sender.send(b, source)
+                    start = ctx.plan.copy_start
+                    if ctx.plan.bootstrap and b.base_offset < start <= b.last_offset:
+                        # The first copied batch begins below the sources' log start: once it
+                        # is in, the local log starts exactly where theirs does (before anything
+                        # else is appended, so a kill leaves no window for consumers to read
+                        # below it).
+                        sender.wait_confirmed()
+                        ctx.local.delete_records(ctx.topic, ctx.partition, start)
+                    expected = b.next_offset
+                    last, last_source = b, source
     except Stop:
         pass
     except PartsyncError as e:
@@ -160,12 +168,14 @@ class _Next:
 
 class _Sender:
     """Sends a partition's appends, one in flight. Each batch is rewritten with the session's
-    producer identity and next sequence. While an append is in flight the next batch waits
-    here, staged; the answer's check (run by the writer as the answer arrives, ``_answered``)
-    submits it only after the previous batch landed at the source's offset, never after a
-    failure (the appender then sees the copy stopping). Submitting from the answer's check
-    means the partitions answered together are in the writer together again when it sends
-    its next request."""
+    producer identity and next sequence. While an append is in flight the next batches wait
+    here, staged in order; the answer's check (run by the writer as the answer arrives,
+    ``_answered``) submits the first of them only after the previous batch landed at the
+    source's offset, and drops them all after a failure or a stop (the appender then sees the
+    copy stopping). Submitting from the answer's check means the partitions answered together
+    are in the writer together again when it sends its next request. The appender stages up
+    to ``STAGED_MAX`` batches and, when full, waits until half of them went: one wake-up per
+    few batches, not one per batch."""
 
     def __init__(self, ctx: CopyContext, writer: Any, session: ProducerSession) -> None:
         self.ctx, self.writer = ctx, writer
@@ -175,7 +185,8 @@ class _Sender:
         self.outstanding: _Sent | None = None  # the append in flight (or the last one sent)
         self._checked: _Sent | None = None  # the last append whose answer's check has ended
         self._in_flight = False
-        self._staged: _Next | None = None
+        self._staged: collections.deque[_Next] = collections.deque()
+        self._appender_waits = False  # the appender waits for room in ``_staged``
 
     def _drop_unsent(self) -> bool:
         """Batches submitted but not yet sent are dropped once an append failed or went to the
@@ -226,13 +237,16 @@ class _Sender:
         nxt = _Next(data, base, base + b.last_offset_delta + 1, size, source, filler)
         with self._cv:
             if self._in_flight:
-                self._staged = nxt  # the answer's check submits it
-                try:
-                    self._wait(lambda: self._staged is not nxt)
-                except BaseException:
-                    if self._staged is nxt:
-                        self._staged = None  # given up: nobody may send it later
-                    raise
+                self._staged.append(nxt)  # the answers' checks submit it in turn
+                if len(self._staged) >= STAGED_MAX:
+                    self._appender_waits = True
+                    try:
+                        self._wait(lambda: len(self._staged) <= STAGED_MAX // 2)
+                    except BaseException:
+                        self._staged.clear()  # given up: nobody may send them later
+                        raise
+                    finally:
+                        self._appender_waits = False
                 return
             self._in_flight = True
         self._submit(nxt)
@@ -255,10 +269,13 @@ class _Sender:
             with self._cv:
                 nxt = None
                 if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
-                    nxt = self._staged
-                self._staged = None  # sent now, or never: a failure or a stop
+                    nxt = self._staged.popleft() if self._staged else None
+                else:
+                    self._staged.clear()  # never sent: a failure or a stop
                 if nxt is None:
                     self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes
+                if self._appender_waits and len(self._staged) <= STAGED_MAX // 2:
+                    self._cv.notify_all()
             if nxt is not None:
                 try:
                     self._submit(nxt)

@@ -2,11 +2,12 @@
 
 Each chunk is served by one source (the plan's choice) and cut into byte-sized pieces as it is
 fetched (``pieces``). Up to ``connections_per_broker`` threads per source take the source's
-pieces in offset order, each over a connection of its own, and each keeps up to
-``fetches_in_flight`` fetches outstanding on its connection when the broker is far (Kafka
-answers them in order), so a long fat link is kept busy instead of idling for a round trip
-after every answer. Batches go into their piece under the copy's byte budget; the appender
-walks the pieces in offset order.
+pieces in offset order, thread n over fetch lane n to the leader (``io.fetch_lane``: one
+connection shared with every other partition copy fetching from that broker, many partitions
+per Fetch request), and each keeps up to ``fetches_in_flight`` fetches outstanding when the
+broker is far (Kafka answers them in order), so a long fat link is kept busy instead of idling
+for a round trip after every answer. Batches go into their piece under the copy's byte budget,
+one list per answer; the appender walks the pieces in offset order.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from partsync._kafka import THROTTLE_WAIT_LIMIT_S, Connection
+from partsync._kafka import THROTTLE_WAIT_LIMIT_S
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.pieces import Piece, Pieces, SourceWork
 from partsync.copy.throttle import limiter_for
 from partsync.errors import PartsyncError
+from partsync.io.fetch_lane import FetchAnswer, FetchLane
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
 
@@ -30,12 +32,12 @@ log = logging.getLogger(__name__)
 
 END = object()  # the last item of every piece, whether it completed or not
 
-# A connection whose first round trip took this long is on a link where round trips cost
-# (a LAN answers in well under a millisecond): only there do fetches overlap.
-FAR_RTT_S = 0.01
-
 # The smallest fetch asked for: a few bytes more than expected cost nothing, a second fetch does.
 _MIN_FETCH = 64 << 10
+# A probe (the first fetch of a source, whose answer tells the bytes per offset): small where
+# the rest is cut into many pieces, larger where one fetcher reads it all one fetch at a time.
+_PROBE_BYTES = 64 << 10
+_LONE_PROBE_BYTES = 1 << 20
 
 
 @dataclass(eq=False)
@@ -50,14 +52,28 @@ class _Read:
 
 
 def plan_pieces(ctx: CopyContext) -> Pieces:
+    """The copy's pieces, cut for how each source is fetched: ``K`` connections with several
+    fetches in flight on a far broker, one at a time on a near one. Where that is a single
+    fetch at a time, pieces gain nothing, so the probe (which still tells the bytes per offset)
+    may be large and the rest of a chunk is one piece of up to a fetch's size."""
     opts = ctx.opts
-    return Pieces(
-        ctx.plan.chunks,
-        connections=opts.connections_per_broker,
-        in_flight=opts.fetches_in_flight,
-        fetch_bytes=opts.fetch_bytes,
-        probe_bytes=min(opts.fetch_bytes, 64 << 10),
-    )
+    k = opts.connections_per_broker
+    depth: dict[str, int] = {}
+    probe: dict[str, int] = {}
+    for source in {c.source for c in ctx.plan.chunks}:
+        depth[source] = opts.fetches_in_flight if _lane(ctx, source, 0).far else 1
+        probe[source] = min(opts.fetch_bytes, _PROBE_BYTES if k * depth[source] > 1
+                            else _LONE_PROBE_BYTES)  # fmt: skip
+    return Pieces(ctx.plan.chunks, connections=k, in_flight=depth, fetch_bytes=opts.fetch_bytes,
+                  probe_bytes=probe)  # fmt: skip
+
+
+def _lane(ctx: CopyContext, source: str, n: int) -> FetchLane:
+    """Lane ``n`` to the partition's leader on ``source``: shared with every other copy that
+    fetches from that broker, and one partition's ``n`` fetchers still use ``n`` connections
+    (a long fat link)."""
+    return ctx.sources[source].fetch_lane(ctx.topic, ctx.partition, n,
+                                          in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
 
 
 def start_fetchers(ctx: CopyContext, pieces: Pieces) -> list[threading.Thread]:
@@ -103,9 +119,9 @@ class _Fetcher:
         self.n = n
         self.mine = mine
         self.bounds = ctx.plan.sources[source]
-        self.conn: Connection | None = None
-        self.depth = 1  # until the connection says how far the broker is
-        self.sent: deque[_Read] = deque()  # fetches on the wire, in the order sent
+        self.lane: FetchLane | None = None
+        self.depth = 1  # until the lane says how far the broker is
+        self.sent: deque[tuple[_Read, FetchAnswer]] = deque()  # fetches asked, in order
         self.ready: list[_Read] = []  # taken pieces whose next fetch is not sent yet
         self.claimed_all = False
 
@@ -144,9 +160,9 @@ class _Fetcher:
                     self.ready.pop(0)
                     self._complete(r)  # a batch of the piece before covers this one
                     continue
-            if self.conn is None:
-                self.conn = self.ctx.open(self.ctx.sources[self.source])
-                if self.conn.setup_rtt >= FAR_RTT_S:
+            if self.lane is None:
+                self.lane = _lane(self.ctx, self.source, self.n)
+                if self.lane.far:  # only there do one partition's fetches overlap
                     self.depth = max(1, self.ctx.opts.fetches_in_flight)
             r.size = self._size_for(r)
             self.ctx.check_running()
@@ -155,16 +171,12 @@ class _Fetcher:
                     raise Stop()
                 return  # the budget is full: read answers first
             offset, _ = r.read.request()
-            try:
-                self.conn.send_fetch(self.ctx.topic, [(self.ctx.partition, offset, r.size)],
-                                     max_wait_ms=self.ctx.opts.fetch_wait_ms, min_bytes=1,
-                                     max_bytes=r.size)  # fmt: skip
-            except BaseException:
-                self.ctx.budget.release(r.size)
-                raise
+            fut = self.lane.submit(self.ctx.topic, self.ctx.partition, offset, r.size,
+                                   max_wait_ms=self.ctx.opts.fetch_wait_ms,
+                                   cancelled=self.ctx.stopping.is_set)  # fmt: skip
             self.ready.pop(0)
             r.sent = True
-            self.sent.append(r)
+            self.sent.append((r, fut))
 
     def _take(self, piece: Piece) -> None:
         # A chunk's first piece starts one offset early where the source has it: the batch
@@ -194,10 +206,17 @@ class _Fetcher:
     # -- receiving ------------------------------------------------------------------------
 
     def _receive(self) -> None:
-        r = self.sent.popleft()
-        assert self.conn is not None
-        answer = self.conn.receive_fetch().get(self.ctx.partition)
-        pause = self.conn.last_throttle_ms / 1000
+        r, fut = self.sent.popleft()
+        while not fut.wait(0.1):
+            self.ctx.check_running()
+        try:
+            reply = fut.outcome()
+        except BaseException:
+            self.ctx.budget.release(r.size)
+            raise
+        assert reply is not None
+        answer = reply.partition
+        pause = reply.throttle_ms / 1000
         if answer is None and pause > 0 and r.throttled_s + pause <= THROTTLE_WAIT_LIMIT_S:
             # Throttled (KIP-219): the broker reads nothing more from us for that long; ask
             # again after it, for up to THROTTLE_WAIT_LIMIT_S per piece.
@@ -223,9 +242,10 @@ class _Fetcher:
             if b.base_offset < piece.start and not whole_first:
                 piece.boundary = b  # the batch just below the piece (agreement check)
                 continue
-            piece.items.put(b)
             kept_batches.append(b)
             kept += b.size
+        if kept_batches:
+            piece.items.put(kept_batches)  # one hand-over per answer, not per batch
         # The answer's buffer stays alive while its batches wait in the piece; the budget keeps
         # what was kept (noida ignores max bytes, so that can exceed the reservation).
         self.ctx.budget.release(fetched.requested - kept)

@@ -15,7 +15,7 @@ class CopyOptions:
     fetch_max_bytes: int = 8 << 20
     connections_per_broker: int = 1
     # Fetches each source connection keeps outstanding (answered in order) when the broker is
-    # far (see ``copy.fetcher.FAR_RTT_S``): a long fat link idles for a round trip after every
+    # far (see ``io.fetch_lane.FAR_RTT_S``): a long fat link idles for a round trip after every
     # answer without them. A near broker gets one at a time, which costs less CPU and memory.
     fetches_in_flight: int = 4
     produce_timeout_ms: int = 30_000

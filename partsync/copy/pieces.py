@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from partsync.plan.comparator import Chunk
@@ -42,6 +42,7 @@ class Piece:
     end: int | None
     # The first piece of its chunk (fetched from one offset early, for the agreement check).
     first: bool
+    # Lists of batches, one per fetch answer, in offset order; then ``fetcher.END``.
     items: queue.Queue[object] = field(default_factory=queue.Queue)
     boundary: Batch | None = None
 
@@ -209,6 +210,10 @@ class SourceWork:
         return next(c for c in self._cuts if c.chunk_no == piece.chunk_no)
 
 
+def _of(v: int | Mapping[str, int], source: str) -> int:
+    return v if isinstance(v, int) else v[source]
+
+
 class Pieces:
     """Every chunk's pieces in offset order, for the appender, as the fetchers carve them."""
 
@@ -217,23 +222,23 @@ class Pieces:
         chunks: tuple[Chunk, ...],
         *,
         connections: int,
-        in_flight: int,
+        in_flight: int | Mapping[str, int],
         fetch_bytes: int,
-        probe_bytes: int,
+        probe_bytes: int | Mapping[str, int],
     ) -> None:
+        """``in_flight`` and ``probe_bytes`` may differ by source (a near and a far one)."""
         self._cv = threading.Condition()
         self.cuts = [_ChunkCut(c, i) for i, c in enumerate(chunks)]
         by_source: dict[str, list[_ChunkCut]] = {}
         for cut in self.cuts:
             by_source.setdefault(cut.chunk.source, []).append(cut)
-        share = connections * in_flight
         self.sources = {
             s: SourceWork(
                 cuts,
                 fetchers=connections,
-                share=share,
+                share=connections * _of(in_flight, s),
                 fetch_bytes=fetch_bytes,
-                probe_bytes=probe_bytes,
+                probe_bytes=_of(probe_bytes, s),
                 on_carve=self._carved,
             )
             for s, cuts in by_source.items()

@@ -37,6 +37,7 @@ from partsync.errors import (
 from partsync.io import topic_admin
 from partsync.io.bounds import read_bounds, read_log_ends
 from partsync.io.coalesce import Coalescer
+from partsync.io.fetch_lane import FetchLane
 from partsync.io.writer import SharedWriter
 from partsync.plan.comparator import Bounds
 from partsync.retry import Backoff
@@ -50,7 +51,11 @@ _K = TypeVar("_K", bound=Hashable)
 # the broker's connections.max.idle.ms (10 minutes), after which it closes them itself.
 _IDLE_MAX = 32
 _IDLE_REUSE_S = 60.0
+# A shared writer or fetch lane idle this long is replaced before use, for the same reason.
+_PIPELINE_IDLE_S = 300.0
 _V = TypeVar("_V")
+_Pipeline = SharedWriter | FetchLane
+_S = TypeVar("_S", SharedWriter, FetchLane)
 
 
 # InitProducerId answers worth asking again: a coordinator loading, moving or not there yet,
@@ -82,7 +87,9 @@ class Cluster:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._conns: dict[int, Connection] = {}
-        self._writers: dict[int, SharedWriter] = {}
+        # Shared writers and fetch lanes, by kind and broker (and lane number).
+        self._pipelines: dict[Hashable, _Pipeline] = {}
+        self._making: dict[Hashable, threading.Lock] = {}  # held while one is being made
         self._bootstrap: Connection | None = None
         self._bootstrap_next = 0
         self._metadata: Metadata | None = None
@@ -262,29 +269,54 @@ class Cluster:
         """The writer shared by every partition copy of this process whose leader is the same
         broker (many partitions per Produce request); a broken one is replaced."""
         leader = self.leader(topic, partition)
+        return self._shared(("writer", leader), leader,
+                            lambda c: SharedWriter(c, timeout_ms=timeout_ms))  # fmt: skip
+
+    def fetch_lane(
+        self, topic: str, partition: int, lane: int = 0, *, in_flight: int = 4
+    ) -> FetchLane:
+        """Fetch lane ``lane`` to the partition's leader, shared by every partition copy of
+        this process that fetches from that broker (many partitions per Fetch request); a broken
+        one is replaced."""
+        leader = self.leader(topic, partition)
+        return self._shared(("fetch", leader, lane), leader,
+                            lambda c: FetchLane(c, max_in_flight=in_flight))  # fmt: skip
+
+    def _shared(self, key: Hashable, leader: int, make: Callable[[Connection], _S]) -> _S:
+        def usable(p: _Pipeline | None) -> bool:
+            return p is not None and not p.broken and p.idle_for() < _PIPELINE_IDLE_S
+
         with self._lock:
-            w = self._writers.get(leader)
-            if w is not None and not w.broken:
-                return w
-        info = self.metadata().brokers[leader]
-        fresh = SharedWriter(self._connect(info.host, info.port), timeout_ms=timeout_ms)
-        with self._lock:
-            current = self._writers.get(leader)
-            if current is not None and not current.broken:
-                stale: SharedWriter | None = fresh  # another thread replaced it first
-            else:
-                stale, current = current, fresh
-                self._writers[leader] = fresh
+            s = self._pipelines.get(key)
+            if usable(s):
+                return s  # type: ignore[return-value]
+            making = self._making.setdefault(key, threading.Lock())
+        # One thread connects; the others (many copies start at once) wait for its pipeline
+        # rather than open connections of their own.
+        with making:
+            with self._lock:
+                stale = self._pipelines.get(key)
+                if usable(stale):
+                    return stale  # type: ignore[return-value]
+            info = self.metadata().brokers[leader]
+            fresh = make(self._connect(info.host, info.port))
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._pipelines[key] = fresh
+            if closed:  # closed meanwhile: nobody would close this one
+                fresh.close()
+                raise ClusterError("cluster connections closed", cluster=self.name)
         if stale is not None:
             stale.close()
-        return current
+        return fresh
 
     def close(self) -> None:
         with self._lock:
             self._closed = True  # connections given back from now on are closed, not kept
-            writers = list(self._writers.values())
-            self._writers.clear()
-        for w in writers:
+            pipelines = list(self._pipelines.values())
+            self._pipelines.clear()
+        for w in pipelines:
             w.close()
         with self._lock:
             for conn in self._conns.values():

@@ -21,7 +21,6 @@ batch, and the client's.
 from __future__ import annotations
 
 import collections
-import copy
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from partsync._kafka import Connection, ProducedPartition
 from partsync._kafka.raw import Buffer, Parts
 from partsync.errors import Cancelled, ClusterError, PartsyncError
+from partsync.io.answer import Answer, as_error
 
 __all__ = ["ProduceFuture", "SharedWriter"]
 
@@ -41,70 +41,12 @@ PACK_BYTES = 1 << 20
 PACK_PARTITIONS = 16
 
 
-class ProduceFuture:
-    """One partition's answer in a Produce response. ``on_done`` runs a callback in the thread
-    that sets the answer (the writer's receiver), so no thread per partition waits for it."""
-
-    __slots__ = ("_answered", "_callback", "_error", "_event", "_lock", "_value", "sent_at")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._value: ProducedPartition | None = None
-        self._error: PartsyncError | None = None
-        self._callback: Callable[[ProduceFuture], None] | None = None
-        self._answered = False
-        self.sent_at: float | None = None  # time.monotonic() when the writer sent it
-
-    def set(
-        self, value: ProducedPartition | None = None, error: PartsyncError | None = None
-    ) -> None:
-        with self._lock:
-            if self._answered:
-                return  # answered once (a failure racing an answer): the first one stands
-            self._answered = True
-            self._value, self._error = value, error
-            callback, self._callback = self._callback, None
-        if callback is not None:
-            _run_callback(callback, self)
-        # Set after the callback ran: whoever sees the future done sees its callback's effects.
-        self._event.set()
-
-    def on_done(self, callback: Callable[[ProduceFuture], None]) -> None:
-        """Run ``callback(self)`` once answered: at once in this thread if it already is."""
-        with self._lock:
-            if not self._answered:
-                self._callback = callback
-                return
-        _run_callback(callback, self)
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def result(self, timeout: float) -> ProducedPartition | None:
-        """The broker's answer for this partition; raises the failure, or ClusterError on timeout."""
-        if not self._event.wait(timeout):
-            raise ClusterError(f"no Produce answer within {timeout:.0f}s")
-        return self.outcome()
-
-    def outcome(self) -> ProducedPartition | None:
-        """The answer of a future that is answered (raises its failure)."""
-        if self._error is not None:
-            # One lost connection fails the appends of many partitions with one error: each
-            # waiter gets a copy of its own, to locate at its partition.
-            raise copy.copy(self._error)
-        return self._value
-
-
-def _run_callback(callback: Callable[[ProduceFuture], None], fut: ProduceFuture) -> None:
-    try:
-        callback(fut)
-    except Exception:  # a bug in a partition's callback must not take the writer down
-        log.exception("Produce answer callback failed")
+# One partition's answer in a Produce response (its callback runs in the writer's receiver).
+ProduceFuture = Answer[ProducedPartition]
 
 
 def _as_error(e: BaseException, cluster: str | None, what: str = "Produce failed") -> PartsyncError:
-    return e if isinstance(e, PartsyncError) else ClusterError(f"{what}: {e!r}", cluster=cluster)
+    return as_error(e, cluster, what)
 
 
 @dataclass
@@ -142,6 +84,7 @@ class SharedWriter:
         self._waiting_bytes = 0
         self._broken: PartsyncError | None = None
         self._closed = False
+        self._active_at = time.monotonic()  # when a request was last sent or answered
         self.requests = 0
         self.batches = 0
         self._sender = threading.Thread(target=self._send_loop, daemon=True, name="writer-send")
@@ -155,6 +98,14 @@ class SharedWriter:
     def broken(self) -> bool:
         return self._broken is not None or self._closed
 
+    def idle_for(self) -> float:
+        """Seconds since a request was last sent or answered, with nothing pending since (0
+        while busy): a broker closes a connection idle for connections.max.idle.ms."""
+        with self._cv:
+            if self._in_flight or self._waiting:
+                return 0.0
+            return time.monotonic() - self._active_at
+
     def submit(
         self, topic: str, partition: int, data: Buffer | Parts, cancelled: Callable[[], bool]
     ) -> ProduceFuture:
@@ -167,7 +118,11 @@ class SharedWriter:
                 return fut
             self._waiting.append(_Submission(topic, partition, data, cancelled, fut))
             self._waiting_bytes += len(data)
-            self._cv.notify()
+            # Only when it should go now: most submissions come from answer callbacks in the
+            # receiver, which wakes the sender once the whole answer is handed out, and a futile
+            # wake-up per batch costs a thread switch each.
+            if self._ready():
+                self._cv.notify()
         return fut
 
     def _next_request(self) -> list[_Submission]:
@@ -306,6 +261,7 @@ class SharedWriter:
                     # their next batches, which go out together in the next request.
                     with self._cv:
                         self._in_flight -= 1
+                        self._active_at = time.monotonic()
                         self._answered_since_send = True
                         self._cv.notify()
         except PartsyncError as e:

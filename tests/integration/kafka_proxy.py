@@ -68,6 +68,7 @@ with warnings.catch_warnings():
     import kafka.protocol.producer  # noqa: F401
     from kafka.protocol.api_header import ResponseClassRegistry
     from kafka.protocol.api_key import ApiKey
+    from kafka.protocol.consumer.fetch import FetchRequest
     from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
     from kafka.protocol.metadata.metadata import MetadataResponse
     from kafka.protocol.producer.produce import ProduceRequest
@@ -683,6 +684,8 @@ class StrictProxy:
         self.refused_connections = 0  # clients turned away while the broker was down
         # The most Fetch requests one connection had unanswered at once (pipelining).
         self.max_fetches_in_flight = 0
+        # Partitions asked per Fetch request, in the order the requests came.
+        self.fetch_partitions: list[int] = []
         # Kafka's behaviours on demand (tests/integration/kafka_semantics.py).
         self.kafka = KafkaSemantics()
         # Unanswered Produce requests: partition -> (link, correlation id) of the request.
@@ -774,6 +777,9 @@ class StrictProxy:
             return _Step(header, verdict.frame, answered, verdict, verdict.hold_s,
                          lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip
         if header.api_key == FETCH:
+            req = FetchRequest.decode(frame, version=header.api_version, header=True)
+            with self._lock:
+                self.fetch_partitions.append(sum(len(t.partitions) for t in req.topics))
             return _Step(header, frame, cut_after=self.kafka.cut_now("fetch"))
         if header.api_key == DELETE_RECORDS:
             return _Step(header, frame, cut_after=self.kafka.cut_now("delete_records"))

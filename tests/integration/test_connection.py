@@ -124,3 +124,24 @@ def test_a_copy_connection_given_back_clean_serves_the_next_copy_and_a_busy_one_
         assert fresh is not again and not fresh.closed
         c.release(fresh)
     assert fresh.closed  # closing the cluster closes the idle connections too
+
+
+def test_shared_fetch_lanes_are_kept_per_broker_and_lane_and_replaced_when_idle(
+    source_a, topic, monkeypatch
+) -> None:
+    """A fetch lane is shared (same leader, same lane number) until it is broken or idle for
+    longer than a broker keeps an idle connection open; then the next copy gets a fresh one."""
+    from partsync.io import cluster as cluster_module
+
+    data.create_topic(source_a.bootstrap, topic, 2)
+    with Cluster(Config(clusters={}).resolve(source_a.bootstrap)) as c:
+        lane = c.fetch_lane(topic, 0)
+        assert c.fetch_lane(topic, 1) is lane  # one broker: the partitions share it
+        other = c.fetch_lane(topic, 0, 1)
+        assert other is not lane
+        monkeypatch.setattr(cluster_module, "_PIPELINE_IDLE_S", 0.0)
+        fresh = c.fetch_lane(topic, 0)
+        assert fresh is not lane and lane.broken and not fresh.broken
+        reply = fresh.submit(topic, 0, 0, 1 << 16).result(10)
+        assert reply is not None and reply.partition is not None
+        assert reply.partition.error_code == 0 and reply.partition.high_watermark == 0

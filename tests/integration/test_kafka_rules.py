@@ -194,6 +194,33 @@ def test_throttled_fetches_are_waited_out(
     assert_partitions_identical(a, local, topic, 2)
 
 
+def test_partitions_copied_at_once_share_one_fetch_connection_per_source_broker(
+    clusters: Clusters,
+    cli: Run,
+    topic: str,
+    tmp_path: Path,
+    strict_proxy: Callable[..., StrictProxy],  # noqa: F811
+) -> None:
+    """Issue 15 goal 2: the partitions being copied fetch through one lane per source broker
+    (many partitions per Fetch request), not a connection each."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 16)
+    create_topic(local, topic, 16)
+    for p in range(16):
+        _many_batches(a, topic, 100, seed=20 + p, partition=p)
+    source = strict_proxy(a)
+
+    r = _via(tmp_path, clusters, cli, a=source)(
+        "sync", "--topic", topic, "--sources", "a", "--json", "--parallelism", "16"
+    )
+
+    assert r.code == 0, r.stdout + r.stderr
+    # Bootstrap and metadata, the leader's shared connection (bounds), one fetch lane.
+    assert source.connections_made <= 4, source.connections_made
+    assert sum(source.fetch_partitions) >= 16
+    assert_partitions_identical(a, local, topic, 16)
+
+
 def test_not_leader_answers_are_retried_after_a_metadata_refresh(
     clusters: Clusters,
     cli: Run,

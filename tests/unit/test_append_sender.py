@@ -1,6 +1,7 @@
 """The appender's sender over a stand-in writer: one append per partition in flight, the next
-one handed to the writer by the previous answer's check, nothing sent after a failure, and
-``settle`` returning only once the last answer was checked.
+ones staged and handed to the writer one by one by the previous answer's check, the appender
+held once ``STAGED_MAX`` are staged, nothing sent after a failure, and ``settle`` returning
+only once the last answer was checked.
 
 The stand-in answers only when the test says so; the real wire path is covered by the
 integration tests and the strict Produce proxy.
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from partsync._kafka import ProducedPartition
-from partsync.copy.appender import _Sender
+from partsync.copy.appender import STAGED_MAX, _Sender
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import ProducerSession
@@ -99,12 +100,11 @@ def test_the_next_batch_goes_out_only_after_the_previous_answer_was_verified() -
     sender = _sender(ctx, writer)
     sender.send(BATCH, "a", at=0, filler=True)
     assert writer.count() == 1  # nothing in flight: submitted at once
-    t, errors = _send_in_thread(sender, 3)
-    time.sleep(0.3)
-    assert writer.count() == 1 and t.is_alive()  # staged behind the unanswered append
+    sender.send(BATCH, "a", at=3, filler=True)  # staged: the appender goes on
+    time.sleep(0.2)
+    assert writer.count() == 1  # behind the unanswered append
     writer.answer(0, 0)  # verified: its check submits the staged batch
-    t.join(5)
-    assert not t.is_alive() and not errors and writer.count() == 2
+    assert writer.count() == 2
     settled: list[bool] = []
     s = threading.Thread(target=lambda: settled.append(sender.settle()), daemon=True)
     s.start()
@@ -115,20 +115,54 @@ def test_the_next_batch_goes_out_only_after_the_previous_answer_was_verified() -
     assert settled == [True] and ctx.error is None and ctx.confirmed_end == 6
 
 
+def test_the_appender_waits_once_the_staged_batches_are_full_until_half_went() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    for i in range(1, STAGED_MAX):
+        sender.send(BATCH, "a", at=3 * i, filler=True)  # staged without waiting
+    t, errors = _send_in_thread(sender, 3 * STAGED_MAX)  # the one that fills them up
+    time.sleep(0.3)
+    assert t.is_alive() and writer.count() == 1
+    for i in range(STAGED_MAX // 2 - 1):
+        writer.answer(i, 3 * i)  # each check hands the next staged batch on
+    time.sleep(0.3)
+    assert t.is_alive()  # more than half are still staged
+    writer.answer(STAGED_MAX // 2 - 1, 3 * (STAGED_MAX // 2 - 1))
+    t.join(5)
+    assert not t.is_alive() and not errors and writer.count() == STAGED_MAX // 2 + 1
+    for i in range(STAGED_MAX // 2, STAGED_MAX + 1):
+        writer.answer(i, 3 * i)
+    assert sender.settle() and ctx.error is None and ctx.confirmed_end == 3 * (STAGED_MAX + 1)
+    assert writer.count() == STAGED_MAX + 1
+
+
 def test_nothing_more_is_sent_after_an_append_landed_elsewhere() -> None:
     ctx, writer = _ctx(), HeldWriter()
     sender = _sender(ctx, writer)
     sender.send(BATCH, "a", at=0, filler=True)
-    t, errors = _send_in_thread(sender, 3)
-    time.sleep(0.2)
+    sender.send(BATCH, "a", at=3, filler=True)
+    sender.send(BATCH, "a", at=6, filler=True)
     writer.answer(0, 5)  # landed at 5, not 0: another writer
-    t.join(5)
     assert isinstance(ctx.error, AppendMismatchError)
-    assert writer.count() == 1  # the staged batch was never handed to the writer
-    assert errors and isinstance(errors[0], Stop)
+    assert writer.count() == 1  # the staged batches were never handed to the writer
     with pytest.raises(Stop):
-        sender.send(BATCH, "a", at=3, filler=True)
+        sender.send(BATCH, "a", at=9, filler=True)
     assert writer.count() == 1
+
+
+def test_an_appender_waiting_for_room_stops_when_an_append_lands_elsewhere() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    for i in range(1, STAGED_MAX):
+        sender.send(BATCH, "a", at=3 * i, filler=True)
+    t, errors = _send_in_thread(sender, 3 * STAGED_MAX)
+    time.sleep(0.2)
+    writer.answer(0, 5)
+    t.join(5)
+    assert not t.is_alive() and errors and isinstance(errors[0], Stop)
+    assert isinstance(ctx.error, AppendMismatchError) and writer.count() == 1
 
 
 def test_settle_waits_through_a_batch_being_handed_to_the_writer() -> None:
@@ -170,12 +204,12 @@ def test_a_verified_answer_after_a_stop_request_hands_nothing_on() -> None:
     ctx, writer = _ctx(stop), HeldWriter()
     sender = _sender(ctx, writer)
     sender.send(BATCH, "a", at=0, filler=True)
-    t, errors = _send_in_thread(sender, 3)
-    time.sleep(0.2)
+    sender.send(BATCH, "a", at=3, filler=True)
     stop.set()
     writer.answer(0, 0)
-    t.join(5)
-    assert writer.count() == 1 and errors and isinstance(errors[0], Stop)
+    assert writer.count() == 1
+    with pytest.raises(Stop):
+        sender.send(BATCH, "a", at=6, filler=True)
     assert ctx.confirmed_end == 3 and isinstance(ctx.error, StoppedError)
 
 
