@@ -271,7 +271,13 @@ class _Sender:
                 if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
                     nxt = self._staged.popleft() if self._staged else None
                 else:
+                    dropped = bool(self._staged)
                     self._staged.clear()  # never sent: a failure or a stop
+                    if dropped and self.ctx.error is None:
+                        # A stop request dropped staged batches the appender will never look
+                        # at again: the copy did not end cleanly (and the session's sequence
+                        # counts them, so it must not be reused).
+                        self.ctx.fail(StoppedError("stopped on request before catching up"))
                 if nxt is None:
                     self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes
                 if self._appender_waits and len(self._staged) <= STAGED_MAX // 2:
@@ -289,7 +295,10 @@ class _Sender:
         finally:
             if not handed_on:
                 with self._cv:
-                    self._checked = sent
+                    # Only for the latest append: once ``_in_flight`` was cleared above, the
+                    # appender may have sent (and had checked) a newer one meanwhile.
+                    if self.outstanding is sent:
+                        self._checked = sent
                     self._cv.notify_all()
 
     def settle(self) -> bool:

@@ -12,9 +12,11 @@ requests outstanding (Kafka answers a connection's requests in order) and hands 
 partition its part of the answer.
 
 The request's response limit is the sum of its partitions' sizes (at most
-``max_request_bytes``, which also caps how many large asks share a request), so the broker
-never leaves a partition empty because the response was full: an empty part still means what
-it means in a one-partition fetch (no whole batch fitted, or the log ends there).
+``max_request_bytes``, which also caps how many large asks share a request). The broker may
+still short a later partition: the first partition with data gets at least one whole batch
+even when that batch is larger than it asked for (KIP-74), and those bytes come off the
+response's room. Such a partition's part holds no whole batch, which its range read treats as
+in a one-partition fetch (it asks again for more), so the cost is a fetch, not a wrong read.
 
 Packing: with nothing in flight a request goes out at once, so a lone partition waits for
 nothing. On a near broker, while requests are in flight, asks wait until one is answered or
@@ -242,6 +244,8 @@ class FetchLane:
             while True:
                 with self._cv:
                     while not self._sent:
+                        if self._broken is not None:
+                            return  # closed or broken: its sentinel may have been cleared
                         self._rcv.wait(0.5)
                     batch = self._sent.popleft()
                 if batch is None:

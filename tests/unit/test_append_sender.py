@@ -237,3 +237,23 @@ def test_wait_confirmed_returns_only_once_the_append_is_verified() -> None:
     writer.answer(0, 0)
     _wait_until(done.is_set)
     assert ctx.confirmed_end == 3
+
+
+def test_staged_batches_dropped_by_a_stop_during_settle_fail_the_copy() -> None:
+    """The appender staged its last batches and settles; a stop request drops them when the
+    append in flight is answered. The copy must end stopped (its producer session's sequence
+    counts batches that were never sent), not clean."""
+    stop = threading.Event()
+    ctx, writer = _ctx(stop), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send(BATCH, "a", at=0, filler=True)
+    sender.send(BATCH, "a", at=3, filler=True)  # staged
+    settled: list[bool] = []
+    s = threading.Thread(target=lambda: settled.append(sender.settle()), daemon=True)
+    s.start()
+    time.sleep(0.2)
+    stop.set()
+    writer.answer(0, 0)
+    s.join(5)
+    assert settled == [True] and writer.count() == 1
+    assert isinstance(ctx.error, StoppedError) and ctx.confirmed_end == 3

@@ -243,3 +243,14 @@ def test_idle_time_counts_only_with_nothing_pending() -> None:
         until(lambda: lane.idle_for() > 0.0)
     finally:
         lane.close()
+
+
+def test_closing_an_idle_lane_ends_both_of_its_threads() -> None:
+    for _ in range(5):  # the sender and close() race for the receiver's end-of-work marker
+        conn = ScriptedBroker()
+        lane = FetchLane(conn)  # type: ignore[arg-type]
+        records(lane.submit("t", 0, 0, 10))
+        t0 = time.monotonic()
+        lane.close()
+        assert not lane._receiver.is_alive() and not lane._sender.is_alive()
+        assert time.monotonic() - t0 < 4  # not the join's 5 s timeout
