@@ -268,7 +268,10 @@ class _Sender:
             outcome = _on_answer(self.ctx, sent, fut)
             with self._cv:
                 nxt = None
-                if outcome is _Outcome.VERIFIED and not self.ctx.stopping.is_set():
+                # A problem the appender found later (a disagreement, a gap, a refusal) does
+                # not drop what it staged before it: that is still the source's data, in
+                # order. Only a failed append or a stop request does.
+                if outcome is _Outcome.VERIFIED and not self._drop_unsent():
                     nxt = self._staged.popleft() if self._staged else None
                 else:
                     dropped = bool(self._staged)

@@ -257,3 +257,20 @@ def test_staged_batches_dropped_by_a_stop_during_settle_fail_the_copy() -> None:
     s.join(5)
     assert settled == [True] and writer.count() == 1
     assert isinstance(ctx.error, StoppedError) and ctx.confirmed_end == 3
+
+
+def test_a_problem_found_after_staging_still_appends_what_was_staged_before_it() -> None:
+    """The appender finds a disagreement at a later batch while earlier ones are staged: those
+    are the source's data, in order, and still go (one at a time, each verified)."""
+    from partsync.errors import DivergenceError
+
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    for i in range(3):
+        sender.send(BATCH, "a", at=3 * i, filler=True)
+    ctx.fail(DivergenceError("sources disagree"))  # as the appender does, then stops
+    writer.answer(0, 0)
+    writer.answer(1, 3)
+    writer.answer(2, 6)
+    assert sender.settle() and writer.count() == 3 and ctx.confirmed_end == 9
+    assert isinstance(ctx.error, DivergenceError)
