@@ -485,9 +485,11 @@ def test_sources_that_disagree_on_a_batch_that_covers_a_whole_piece_are_never_mi
     """The copy cuts chunks into byte-sized pieces (issue 15). a and b hold the same records
     except batch B, 700 tiny records at offsets 1000..1699, which they disagree on. With chunks
     of 500 offsets, a serves [1000, 1500) and appends its B. b serves [1500, 2000), and b's first
-    piece there (about 128 offsets of 2 KB records) lies wholly inside B. So that piece brings
-    only b's B, as its boundary batch, and the next piece starts after B. b's B must still be
-    compared with a's B before anything of b's follows it."""
+    piece there (about 128 offsets of 2 KB records: b's 4 connections share the chunk, so it is
+    cut into pieces of 256 KiB, the least a piece holds) lies wholly inside B. So that piece
+    brings only b's B, as its boundary batch, and the next piece starts after B. b's B must
+    still be compared with a's B before anything of b's follows it. (With one connection and
+    one fetch in flight the chunk would be one piece, and this case would not arise.)"""
     for n in ("a", "b", "local"):
         create_topic(clusters.bootstrap(n), topic, 1)
 
@@ -512,7 +514,7 @@ def test_sources_that_disagree_on_a_batch_that_covers_a_whole_piece_are_never_mi
     fill("b", b"bbbbbbbb")
     assert ends(clusters["a"], topic, 1) == ends(clusters["b"], topic, 1) == {0: 2500}
 
-    r = _sync(psync, topic, "a,b", "--chunk-offsets", "500")
+    r = _sync(psync, topic, "a,b", "--chunk-offsets", "500", "--connections-per-broker", "4")
 
     assert r.code == 3, r.stderr[-3000:]
     e = by_partition(r.json, topic)[0]
