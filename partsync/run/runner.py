@@ -106,7 +106,9 @@ class _Worker:
                                      p.target_end, reason=f"crashed: {e!r}",
                                      error=PartsyncError(f"crashed: {e!r}")))  # fmt: skip
         finally:
-            self.finished.set()
+            with r._lock:
+                self.finished.set()
+                r._running -= 1
             r.wake.set()
 
     def _wait_for_data(self, offset: int) -> None:
@@ -148,6 +150,9 @@ class PartitionRunner:
         self.slots = threading.BoundedSemaphore(max(1, opts.parallelism))
         self.workers: dict[TopicPartition, _Worker] = {}
         self.results: dict[TopicPartition, PartitionResult] = {}
+        # Workers started and not finished (counted, not scanned: a run of 1000 partitions
+        # checks this each time one of them finishes).
+        self._running = 0
         self.member: GroupMember | None = None
         # Set when a worker finishes, so a one-shot run ends as soon as the last one does.
         self.wake = threading.Event()
@@ -174,6 +179,7 @@ class PartitionRunner:
                 if w is not None and not w.finished.is_set():
                     continue
                 w = self.workers[tp] = _Worker(self, task)
+                self._running += 1
                 w.thread.start()
         if self.observer:
             self.observer.set_owned(parts)
@@ -253,7 +259,7 @@ class PartitionRunner:
     def _idle(self) -> bool:
         """One-shot: every partition this process owns now has had its rounds."""
         with self._lock:
-            return all(w.finished.is_set() for w in self.workers.values())
+            return self._running == 0
 
     # -- the run ------------------------------------------------------------------------
 

@@ -175,7 +175,10 @@ def test_a_broken_connection_fails_every_unanswered_batch_and_the_writer() -> No
     assert w.broken
     with pytest.raises(ClusterError):
         w.submit("t", 9, b"z", never).result(1)
+    t0 = time.monotonic()
     w.close()
+    assert not w._sender.is_alive() and not w._receiver.is_alive()
+    assert time.monotonic() - t0 < 4  # ended, not left to the join's timeout
 
 
 def test_a_cut_connection_fails_the_appends_it_carried_at_once() -> None:
