@@ -186,7 +186,6 @@ class _Sender:
         self._checked: _Sent | None = None  # the last append whose answer's check has ended
         self._in_flight = False
         self._staged: collections.deque[_Next] = collections.deque()
-        self._appender_waits = False  # the appender waits for room in ``_staged``
 
     def _drop_unsent(self) -> bool:
         """Batches submitted but not yet sent are dropped once an append failed or went to the
@@ -239,14 +238,12 @@ class _Sender:
             if self._in_flight:
                 self._staged.append(nxt)  # the answers' checks submit it in turn
                 if len(self._staged) >= STAGED_MAX:
-                    self._appender_waits = True
+                    # Woken by every answer's check (``_submit`` or ``_answered`` notify).
                     try:
                         self._wait(lambda: len(self._staged) <= STAGED_MAX // 2)
                     except BaseException:
                         self._staged.clear()  # given up: nobody may send them later
                         raise
-                    finally:
-                        self._appender_waits = False
                 return
             self._in_flight = True
         self._submit(nxt)
@@ -283,8 +280,6 @@ class _Sender:
                         self.ctx.fail(StoppedError("stopped on request before catching up"))
                 if nxt is None:
                     self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes
-                if self._appender_waits and len(self._staged) <= STAGED_MAX // 2:
-                    self._cv.notify_all()
             if nxt is not None:
                 try:
                     self._submit(nxt)

@@ -61,7 +61,8 @@ def plan_pieces(ctx: CopyContext) -> Pieces:
     depth: dict[str, int] = {}
     probe: dict[str, int] = {}
     for source in {c.source for c in ctx.plan.chunks}:
-        depth[source] = opts.fetches_in_flight if _lane(ctx, source, 0).far else 1
+        # Only to a far broker do one partition's fetches overlap.
+        depth[source] = max(1, opts.fetches_in_flight) if _lane(ctx, source, 0).far else 1
         probe[source] = min(opts.fetch_bytes, _PROBE_BYTES if k * depth[source] > 1
                             else _LONE_PROBE_BYTES)  # fmt: skip
     return Pieces(ctx.plan.chunks, connections=k, in_flight=depth, fetch_bytes=opts.fetch_bytes,
@@ -120,7 +121,7 @@ class _Fetcher:
         self.mine = mine
         self.bounds = ctx.plan.sources[source]
         self.lane: FetchLane | None = None
-        self.depth = 1  # until the lane says how far the broker is
+        self.depth = work.depth  # fetches in flight: several only to a far broker (plan_pieces)
         self.sent: deque[tuple[_Read, FetchAnswer]] = deque()  # fetches asked, in order
         self.ready: list[_Read] = []  # taken pieces whose next fetch is not sent yet
         self.claimed_all = False
@@ -162,8 +163,6 @@ class _Fetcher:
                     continue
             if self.lane is None:
                 self.lane = _lane(self.ctx, self.source, self.n)
-                if self.lane.far:  # only there do one partition's fetches overlap
-                    self.depth = max(1, self.ctx.opts.fetches_in_flight)
             r.size = self._size_for(r)
             self.ctx.check_running()
             if not self.ctx.budget.acquire(r.size, r.piece.index, wait=idle):

@@ -90,13 +90,14 @@ class SourceWork:
         cuts: list[_ChunkCut],
         *,
         fetchers: int,
-        share: int,
+        depth: int,
         fetch_bytes: int,
         probe_bytes: int,
         on_carve: Callable[[], None],
     ) -> None:
         self._cuts = cuts
-        self._share = share
+        self.depth = depth  # fetches each fetcher keeps in flight
+        self._share = fetchers * depth
         self.fetch_bytes = fetch_bytes
         self.probe_bytes = probe_bytes
         self._on_carve = on_carve
@@ -236,7 +237,7 @@ class Pieces:
             s: SourceWork(
                 cuts,
                 fetchers=connections,
-                share=connections * _of(in_flight, s),
+                depth=_of(in_flight, s),
                 fetch_bytes=fetch_bytes,
                 probe_bytes=_of(probe_bytes, s),
                 on_carve=self._carved,
