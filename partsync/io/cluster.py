@@ -30,6 +30,7 @@ from partsync.config import ClusterRef
 from partsync.errors import (
     ClusterError,
     FencedError,
+    PartsyncError,
     TopicError,
     UnreplicatedError,
     UnsafeError,
@@ -97,6 +98,9 @@ class Cluster:
         # per-partition callers ask for it often, and building it is O(partitions).
         self._topics: tuple[Metadata | None, dict[str, TopicInfo | None]] = (None, {})
         self._coalescers: dict[Hashable, Coalescer[Any, Any]] = {}
+        # Transactional ids' coordinators as last found (``prefetch_txn_coordinators``, or a
+        # lookup): a stale one costs a NOT_COORDINATOR answer and a fresh lookup.
+        self._txn_coordinators: dict[str, BrokerInfo] = {}
         # Dedicated connections a finished copy gave back, by broker address, with the time
         # they were given back: the next copy to that broker takes one instead of connecting.
         self._idle: dict[tuple[str, int], list[tuple[float, Connection]]] = {}
@@ -175,16 +179,59 @@ class Cluster:
         loading, not available yet or moved is asked for again until ``timeout``; the last error
         code comes back when it runs out (or at once for any other error)."""
         backoff = Backoff(0.1, 1.0, deadline=timeout)
-
-        def ask(keys: list[str]) -> dict[str, tuple[int, BrokerInfo | None]]:
-            return self._bootstrap_call(lambda c: c.find_coordinators(keys, key_type))
-
-        # Many partitions' writers each look up their transactional id's coordinator at once.
-        finder = self.coalescer(("FindCoordinator", key_type), ask)
+        finder = self._coordinator_finder(key_type)
         while True:
             code, coord = finder.get(key)
             if not code or code not in COORDINATOR_RETRY_CODES or not backoff.wait():
                 return code, coord
+
+    def _coordinator_finder(self, key_type: int) -> Coalescer[str, tuple[int, BrokerInfo | None]]:
+        """Many partitions' writers each look up their transactional id's coordinator at once:
+        one FindCoordinator for all of them (KIP-699)."""
+
+        def ask(keys: list[str]) -> dict[str, tuple[int, BrokerInfo | None]]:
+            return self._bootstrap_call(lambda c: c.find_coordinators(keys, key_type))
+
+        return self.coalescer(("FindCoordinator", key_type), ask)
+
+    def prefetch_txn_coordinators(self, ids: list[str]) -> None:
+        """Look up the coordinators of many transactional ids in one request, so that each
+        partition's fencing asks its coordinator straight away: a first sync of 1000 small
+        partitions otherwise sent a FindCoordinator per partition. Only where the broker takes
+        many keys per request (FindCoordinator v4+); a failure only means each partition looks
+        its own up, as without this."""
+        with self._lock:
+            missing = [i for i in dict.fromkeys(ids) if i not in self._txn_coordinators]
+        if not missing:
+            return
+        try:
+            if self._bootstrap_call(lambda c: c.version("FindCoordinator")) < 4:
+                return
+            found = self._coordinator_finder(TXN_KEY).get_many(missing)
+        except PartsyncError as e:
+            log.debug("looking up %d transactional ids' coordinators: %s", len(missing), e)
+            return
+        with self._lock:
+            for key, (code, coord) in found.items():
+                if not code and coord is not None:
+                    self._txn_coordinators[key] = coord
+
+    def _txn_coordinator(
+        self, transactional_id: str, timeout: float
+    ) -> tuple[int, BrokerInfo | None]:
+        with self._lock:
+            known = self._txn_coordinators.get(transactional_id)
+        if known is not None:
+            return 0, known
+        code, coord = self.find_coordinator(transactional_id, TXN_KEY, timeout=timeout)
+        if not code and coord is not None:
+            with self._lock:
+                self._txn_coordinators[transactional_id] = coord
+        return code, coord
+
+    def _forget_txn_coordinator(self, transactional_id: str) -> None:
+        with self._lock:
+            self._txn_coordinators.pop(transactional_id, None)
 
     def init_producer_id(
         self,
@@ -203,15 +250,19 @@ class Cluster:
             return self.broker_conn(self._any_broker()).init_producer_id()
         backoff = Backoff(0.2, 1.0, deadline=timeout)
         while True:
-            code, coord = self.find_coordinator(transactional_id, TXN_KEY,
-                                                timeout=backoff.remaining or 0.0)  # fmt: skip
+            code, coord = self._txn_coordinator(transactional_id, backoff.remaining or 0.0)
             if not code and coord is not None:
                 # The coordinator found may have moved by the time it is asked: ask again.
-                code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(
-                    transactional_id, current=current
-                )
+                try:
+                    code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(
+                        transactional_id, current=current
+                    )
+                except PartsyncError:
+                    self._forget_txn_coordinator(transactional_id)
+                    raise
                 if not code:
                     return pid, epoch
+                self._forget_txn_coordinator(transactional_id)
                 if code in FENCED_CODES and current is not None:
                     raise FencedError(
                         f"renewing producer id {current[0]} epoch {current[1]} under "

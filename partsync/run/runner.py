@@ -20,7 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
+from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
 from partsync.io.pool import ClusterPool
@@ -167,6 +169,7 @@ class PartitionRunner:
     # -- GroupListener ------------------------------------------------------------------
 
     def assigned(self, parts: list[TopicPartition], generation: int) -> None:
+        self._prefetch_fencing(parts)
         with self._lock:
             for tp in parts:
                 task = self.tasks.get(tp)
@@ -245,6 +248,19 @@ class PartitionRunner:
             self.assigned(sorted(t.key for t in change.tasks), 0)
             if self.observer:
                 self.observer.set_owned(sorted(self.tasks))
+
+    def _prefetch_fencing(self, parts: list[TopicPartition]) -> None:
+        """Each partition's copy fences under its own transactional id: look up all their
+        coordinators in one request first, not one request per partition."""
+        by_local: dict[ClusterRef, list[str]] = {}
+        with self._lock:
+            for tp in parts:
+                task = self.tasks.get(tp)
+                if task is not None and task.options.fencing:
+                    by_local.setdefault(task.local, []).append(transactional_id(*tp))
+        for ref, ids in by_local.items():
+            if len(ids) > 1:
+                self.pool.get(ref).prefetch_txn_coordinators(ids)
 
     # -- bookkeeping --------------------------------------------------------------------
 

@@ -221,6 +221,36 @@ def test_partitions_copied_at_once_share_one_fetch_connection_per_source_broker(
     assert_partitions_identical(a, local, topic, 16)
 
 
+def test_partitions_look_up_their_fencing_coordinators_together(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Issue 15 goal 2: each partition fences under a transactional id of its own, and the
+    coordinators of all of them are looked up in one FindCoordinator (KIP-699 takes many keys),
+    not one request per partition; every partition is still fenced (one InitProducerId each)."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    # Kafka creates its transaction log on the first lookup and answers COORDINATOR_NOT_AVAILABLE
+    # meanwhile (each partition then asks again on its own): a sync before makes sure it exists.
+    warm = topic + "-warm"
+    for b in (a, local):
+        create_topic(b, warm, 1)
+    produce(a, warm, records(1, seed=39), partition=0)
+    assert psync("sync", "--topic", warm, "--sources", "a", "--no-group").code == 0
+    create_topic(a, topic, 16)
+    create_topic(local, topic, 16)
+    for p in range(16):
+        produce(a, topic, records(3, seed=40 + p), partition=p)
+    proxy = clusters.proxy
+    find0, init0 = proxy.requests["FindCoordinator"], proxy.requests["InitProducerId"]
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", "--no-group",
+              "--parallelism", "4")  # fmt: skip
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert proxy.requests["FindCoordinator"] - find0 <= 2, dict(proxy.requests)
+    assert proxy.requests["InitProducerId"] - init0 >= 16, dict(proxy.requests)
+    assert_partitions_identical(a, local, topic, 16)
+
+
 def test_not_leader_answers_are_retried_after_a_metadata_refresh(
     clusters: Clusters,
     cli: Run,

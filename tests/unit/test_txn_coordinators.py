@@ -1,0 +1,74 @@
+"""Transactional ids' coordinators looked up ahead (``Cluster.prefetch_txn_coordinators``) are
+only a routing hint: a coordinator that moved answers NOT_COORDINATOR, and fencing then looks
+the id up afresh and asks the right broker. Connections are stand-ins that answer by node; the
+wire path is covered by the integration tests (``test_kafka_rules``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from partsync._kafka import BrokerInfo
+from partsync._kafka.codes import ErrorCode
+from partsync.config import ClusterRef
+from partsync.errors import ClusterError
+from partsync.io.cluster import Cluster
+
+OLD, NEW = BrokerInfo(1, "h1", 1), BrokerInfo(2, "h2", 2)
+
+
+class Node:
+    """A broker that is (or is no longer) the coordinator of every id."""
+
+    def __init__(self, coordinator: bool, down: bool = False) -> None:
+        self.coordinator, self.down = coordinator, down
+        self.asked: list[str] = []
+
+    def try_init_producer_id(self, tid: str, current: Any = None) -> tuple[int, int, int]:
+        self.asked.append(tid)
+        if self.down:
+            raise ClusterError("connection refused")
+        if not self.coordinator:
+            return ErrorCode.NOT_COORDINATOR, -1, -1
+        return 0, 42, 3
+
+
+def _cluster(nodes: dict[int, Node], found: BrokerInfo) -> tuple[Cluster, list[str]]:
+    c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
+    lookups: list[str] = []
+
+    def find(key: str, key_type: int, *, timeout: float = 30.0) -> tuple[int, BrokerInfo]:
+        lookups.append(key)
+        return 0, found
+
+    c.find_coordinator = find  # type: ignore[method-assign]
+    c.broker_conn = lambda node_id: nodes[node_id]  # type: ignore[method-assign,assignment,return-value]
+    return c, lookups
+
+
+def test_a_moved_coordinator_is_looked_up_again_and_the_right_one_fences() -> None:
+    nodes = {1: Node(coordinator=False), 2: Node(coordinator=True)}
+    c, lookups = _cluster(nodes, NEW)
+    c._txn_coordinators["partsync:t:0"] = OLD  # prefetched before the coordinator moved
+    assert c.init_producer_id("partsync:t:0") == (42, 3)
+    assert nodes[1].asked == ["partsync:t:0"] and nodes[2].asked == ["partsync:t:0"]
+    assert lookups == ["partsync:t:0"]
+    assert c._txn_coordinators["partsync:t:0"] == NEW  # remembered for the next round
+
+
+def test_a_known_coordinator_is_asked_without_a_lookup() -> None:
+    nodes = {2: Node(coordinator=True)}
+    c, lookups = _cluster(nodes, NEW)
+    c._txn_coordinators["partsync:t:1"] = NEW
+    assert c.init_producer_id("partsync:t:1") == (42, 3)
+    assert lookups == []
+
+
+def test_a_coordinator_that_cannot_be_reached_is_forgotten() -> None:
+    nodes = {1: Node(coordinator=True, down=True)}
+    c, _ = _cluster(nodes, NEW)
+    c._txn_coordinators["partsync:t:2"] = OLD
+    with pytest.raises(ClusterError):
+        c.init_producer_id("partsync:t:2")
+    assert "partsync:t:2" not in c._txn_coordinators  # the next attempt looks it up afresh
