@@ -205,7 +205,10 @@ class Cluster:
         if not missing:
             return
         try:
-            if self._bootstrap_call(lambda c: c.version("FindCoordinator")) < 4:
+            batches = self._bootstrap_call(
+                lambda c: c.supports("FindCoordinator") and c.version("FindCoordinator") >= 4
+            )
+            if not batches:
                 return
             found = self._coordinator_finder(TXN_KEY).get_many(missing)
         except PartsyncError as e:
@@ -218,16 +221,17 @@ class Cluster:
 
     def _txn_coordinator(
         self, transactional_id: str, timeout: float
-    ) -> tuple[int, BrokerInfo | None]:
+    ) -> tuple[int, BrokerInfo | None, bool]:
+        """(error code, coordinator, whether it came from the cache rather than a lookup)."""
         with self._lock:
             known = self._txn_coordinators.get(transactional_id)
         if known is not None:
-            return 0, known
+            return 0, known, True
         code, coord = self.find_coordinator(transactional_id, TXN_KEY, timeout=timeout)
         if not code and coord is not None:
             with self._lock:
                 self._txn_coordinators[transactional_id] = coord
-        return code, coord
+        return code, coord, False
 
     def _forget_txn_coordinator(self, transactional_id: str) -> None:
         with self._lock:
@@ -250,7 +254,8 @@ class Cluster:
             return self.broker_conn(self._any_broker()).init_producer_id()
         backoff = Backoff(0.2, 1.0, deadline=timeout)
         while True:
-            code, coord = self._txn_coordinator(transactional_id, backoff.remaining or 0.0)
+            code, coord, cached = self._txn_coordinator(transactional_id,
+                                                        backoff.remaining or 0.0)  # fmt: skip
             if not code and coord is not None:
                 # The coordinator found may have moved by the time it is asked: ask again.
                 try:
@@ -259,6 +264,11 @@ class Cluster:
                     )
                 except PartsyncError:
                     self._forget_txn_coordinator(transactional_id)
+                    # A remembered coordinator that cannot be reached (restarted, moved) is
+                    # looked up afresh. Only for a first fence: a renewal the broker may have
+                    # made before the connection broke would be refused as fenced if repeated.
+                    if cached and current is None and backoff.wait():
+                        continue
                     raise
                 if not code:
                     return pid, epoch

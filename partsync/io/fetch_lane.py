@@ -65,6 +65,7 @@ class FetchLane(Pipeline[_Ask]):
     """Fetch requests for many partitions over one connection to one broker."""
 
     api = "Fetch"
+    label = "fetch lane"
 
     def __init__(
         self, conn: Connection, *, max_in_flight: int = 4, max_request_bytes: int = 48 << 20
@@ -101,7 +102,8 @@ class FetchLane(Pipeline[_Ask]):
     def _throttle_ms(self) -> int:
         return self._conn.last_throttle_ms
 
-    def _hand_out(self, batch: list[_Ask], answers: Mapping[tuple[str, int], Any]) -> None:
-        throttle_ms = self._conn.last_throttle_ms
+    def _hand_out(
+        self, batch: list[_Ask], answers: Mapping[tuple[str, int], Any], throttle_ms: int
+    ) -> None:
         for a in batch:
             a.future.set(FetchReply(answers.get((a.topic, a.partition)), throttle_ms))

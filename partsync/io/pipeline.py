@@ -53,6 +53,7 @@ class Pipeline(Generic[ItemT]):
     and its answer read (``_send``, ``_receive``, ``_hand_out``)."""
 
     api: ClassVar[str] = "request"  # the request's name, for errors and thread names
+    label: ClassVar[str] = "pipeline"  # what the pipeline is called in errors
     # On close: send what is waiting first (appends a copy is counting on), or fail it at once.
     drain_on_close: ClassVar[bool] = False
 
@@ -124,13 +125,16 @@ class Pipeline(Generic[ItemT]):
         """Read the next answer: each partition's part, by (topic, partition)."""
         raise NotImplementedError
 
-    def _hand_out(self, batch: list[ItemT], answers: Mapping[tuple[str, int], Any]) -> None:
-        """Set each item's future from its part of the answer."""
+    def _hand_out(
+        self, batch: list[ItemT], answers: Mapping[tuple[str, int], Any], throttle_ms: int
+    ) -> None:
+        """Set each item's future from its part of the answer (which asked for ``throttle_ms``
+        of quiet)."""
         raise NotImplementedError
 
     def _not_sent(self) -> PartsyncError:
         """The error of an item dropped because its ``cancelled()`` said so."""
-        return ClusterError(f"{self.api} not sent: the copy stopped", cluster=self.cluster)
+        return ClusterError(f"{self.api.lower()} not sent: the copy stopped", cluster=self.cluster)
 
     def _throttle_ms(self) -> int:
         """How long the answer just read asked this client to send nothing (KIP-219)."""
@@ -145,7 +149,7 @@ class Pipeline(Generic[ItemT]):
         with self._cv:
             if self._broken is not None or self._closed:
                 item.future.set(error=self._broken or ClusterError(
-                    f"{self.api} pipeline closed", cluster=self.cluster))  # fmt: skip
+                    f"{self.label} closed", cluster=self.cluster))  # fmt: skip
                 return
             self._waiting.append(item)
             self._waiting_bytes += item.size
@@ -248,7 +252,7 @@ class Pipeline(Generic[ItemT]):
         except PartsyncError as e:
             self._break(e)
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
-            self._break(ClusterError(f"{self.api} pipeline crashed: {e!r}", cluster=self.cluster))
+            self._break(ClusterError(f"{self.label} crashed: {e!r}", cluster=self.cluster))
         finally:
             with self._cv:
                 self._sent.append(None)  # tells the receiver nothing more will be sent
@@ -281,7 +285,7 @@ class Pipeline(Generic[ItemT]):
                     if throttle_ms > 0:
                         with self._cv:
                             self._quiet_until = time.monotonic() + throttle_ms / 1000
-                    self._hand_out(batch, answers)
+                    self._hand_out(batch, answers, throttle_ms)
                 finally:
                     # Only now: the answers' callbacks have submitted these partitions' next
                     # items, which go out together in the next request.
@@ -293,7 +297,7 @@ class Pipeline(Generic[ItemT]):
         except PartsyncError as e:
             self._break(e)
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
-            self._break(ClusterError(f"{self.api} pipeline crashed: {e!r}", cluster=self.cluster))
+            self._break(ClusterError(f"{self.label} crashed: {e!r}", cluster=self.cluster))
 
     # -- ending ----------------------------------------------------------------------------------
 
@@ -322,7 +326,7 @@ class Pipeline(Generic[ItemT]):
             self._rcv.notify_all()
         if not self.drain_on_close:
             # Closing the connection ends a receive in progress.
-            self._break(ClusterError(f"{self.api} pipeline closed", cluster=self.cluster))
+            self._break(ClusterError(f"{self.label} closed", cluster=self.cluster))
         self._sender.join(timeout=timeout)
         self._receiver.join(timeout=timeout)
-        self._break(ClusterError(f"{self.api} pipeline closed", cluster=self.cluster))
+        self._break(ClusterError(f"{self.label} closed", cluster=self.cluster))

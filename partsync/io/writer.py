@@ -49,6 +49,7 @@ class SharedWriter(Pipeline[_Submission]):
     """Produce requests for many partitions over one connection to one broker."""
 
     api = "Produce"
+    label = "writer"
     drain_on_close = True  # appends already submitted are sent and verified
 
     def __init__(
@@ -89,7 +90,9 @@ class SharedWriter(Pipeline[_Submission]):
     def _receive(self) -> Mapping[tuple[str, int], Any]:
         return self._conn.receive_produce_many()
 
-    def _hand_out(self, batch: list[_Submission], answers: Mapping[tuple[str, int], Any]) -> None:
+    def _hand_out(
+        self, batch: list[_Submission], answers: Mapping[tuple[str, int], Any], throttle_ms: int
+    ) -> None:
         for s in batch:
             res = answers.get((s.topic, s.partition))
             if res is None:

@@ -169,7 +169,11 @@ class PartitionRunner:
     # -- GroupListener ------------------------------------------------------------------
 
     def assigned(self, parts: list[TopicPartition], generation: int) -> None:
-        self._prefetch_fencing(parts)
+        if self.member is None:
+            self._prefetch_fencing(parts)
+        else:  # not in the group member's thread, which must heartbeat
+            threading.Thread(target=self._prefetch_fencing, args=(parts,), daemon=True,
+                             name="prefetch-coordinators").start()  # fmt: skip
         with self._lock:
             for tp in parts:
                 task = self.tasks.get(tp)
@@ -260,7 +264,10 @@ class PartitionRunner:
                     by_local.setdefault(task.local, []).append(transactional_id(*tp))
         for ref, ids in by_local.items():
             if len(ids) > 1:
-                self.pool.get(ref).prefetch_txn_coordinators(ids)
+                try:
+                    self.pool.get(ref).prefetch_txn_coordinators(ids)
+                except Exception:  # only a shortcut: each partition looks its own up anyway
+                    log.debug("looking up fencing coordinators failed", exc_info=True)
 
     # -- bookkeeping --------------------------------------------------------------------
 

@@ -65,10 +65,23 @@ def test_a_known_coordinator_is_asked_without_a_lookup() -> None:
     assert lookups == []
 
 
-def test_a_coordinator_that_cannot_be_reached_is_forgotten() -> None:
-    nodes = {1: Node(coordinator=True, down=True)}
-    c, _ = _cluster(nodes, NEW)
+def test_a_remembered_coordinator_that_cannot_be_reached_is_looked_up_afresh() -> None:
+    """E.g. a rolling restart moved the coordinator between the prefetch and the fence."""
+    nodes = {1: Node(coordinator=True, down=True), 2: Node(coordinator=True)}
+    c, lookups = _cluster(nodes, NEW)
     c._txn_coordinators["partsync:t:2"] = OLD
+    assert c.init_producer_id("partsync:t:2") == (42, 3)
+    assert lookups == ["partsync:t:2"] and nodes[2].asked == ["partsync:t:2"]
+
+
+def test_a_renewal_is_not_repeated_after_a_broken_connection() -> None:
+    """The broker may have bumped the epoch before the connection broke: asking again with the
+    old epoch would be refused as fenced. The error goes up (a retriable round failure), and the
+    coordinator is forgotten for the next attempt."""
+    nodes = {1: Node(coordinator=True, down=True), 2: Node(coordinator=True)}
+    c, lookups = _cluster(nodes, NEW)
+    c._txn_coordinators["partsync:t:3"] = OLD
     with pytest.raises(ClusterError):
-        c.init_producer_id("partsync:t:2")
-    assert "partsync:t:2" not in c._txn_coordinators  # the next attempt looks it up afresh
+        c.init_producer_id("partsync:t:3", current=(42, 2))
+    assert lookups == [] and nodes[2].asked == []
+    assert "partsync:t:3" not in c._txn_coordinators
