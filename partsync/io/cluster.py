@@ -194,30 +194,40 @@ class Cluster:
 
         return self.coalescer(("FindCoordinator", key_type), ask)
 
-    def prefetch_txn_coordinators(self, ids: list[str]) -> None:
+    def prefetch_txn_coordinators(self, ids: list[str], *, wait: float = 10.0) -> None:
         """Look up the coordinators of many transactional ids in one request, so that each
         partition's fencing asks its coordinator straight away: a first sync of 1000 small
         partitions otherwise sent a FindCoordinator per partition. Only where the broker takes
         many keys per request (FindCoordinator v4+); a failure only means each partition looks
-        its own up, as without this."""
+        its own up, as without this.
+
+        Ids whose coordinator is loading or not available yet are asked again for up to
+        ``wait`` seconds: a cluster's first transactional ids create ``__transaction_state``,
+        and 1000 partitions each retrying their own lookup meanwhile sent ~900 requests."""
         with self._lock:
             missing = [i for i in dict.fromkeys(ids) if i not in self._txn_coordinators]
         if not missing:
             return
+        backoff = Backoff(0.2, 1.0, deadline=wait)
         try:
             batches = self._bootstrap_call(
                 lambda c: c.supports("FindCoordinator") and c.version("FindCoordinator") >= 4
             )
             if not batches:
                 return
-            found = self._coordinator_finder(TXN_KEY).get_many(missing)
+            while missing:
+                found = self._coordinator_finder(TXN_KEY).get_many(missing)
+                with self._lock:
+                    for key, (code, coord) in found.items():
+                        if not code and coord is not None:
+                            self._txn_coordinators[key] = coord
+                missing = [k for k, (code, _c) in found.items() if code in COORDINATOR_RETRY_CODES]
+                if missing and not backoff.wait():
+                    log.debug("%d transactional ids' coordinators not available after %gs",
+                              len(missing), wait)  # fmt: skip
+                    return
         except PartsyncError as e:
             log.debug("looking up %d transactional ids' coordinators: %s", len(missing), e)
-            return
-        with self._lock:
-            for key, (code, coord) in found.items():
-                if not code and coord is not None:
-                    self._txn_coordinators[key] = coord
 
     def _txn_coordinator(
         self, transactional_id: str, timeout: float

@@ -27,7 +27,7 @@ from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
 from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
-from partsync.plan.comparator import PartitionPlan
+from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
 from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
 from partsync.run.topic_watch import TopicChanges, TopicWatch
@@ -255,12 +255,15 @@ class PartitionRunner:
 
     def _prefetch_fencing(self, parts: list[TopicPartition]) -> None:
         """Each partition's copy fences under its own transactional id: look up all their
-        coordinators in one request first, not one request per partition."""
+        coordinators in one request first, not one request per partition. A one-shot run
+        only fences the partitions it is about to write (a no-op run waits for nothing)."""
         by_local: dict[ClusterRef, list[str]] = {}
         with self._lock:
             for tp in parts:
                 task = self.tasks.get(tp)
-                if task is not None and task.options.fencing:
+                if task is None or not task.options.fencing:
+                    continue
+                if self.opts.follow or task.plan.condition is Condition.BEHIND:
                     by_local.setdefault(task.local, []).append(transactional_id(*tp))
         for ref, ids in by_local.items():
             if len(ids) > 1:

@@ -85,3 +85,49 @@ def test_a_renewal_is_not_repeated_after_a_broken_connection() -> None:
         c.init_producer_id("partsync:t:3", current=(42, 2))
     assert lookups == [] and nodes[2].asked == []
     assert "partsync:t:3" not in c._txn_coordinators
+
+
+_TXN_ID_DENIED = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: not worth asking again
+
+
+class Bootstrap:
+    """A bootstrap broker whose transaction coordinators become available after ``busy``
+    lookups (a cluster's first transactional ids create ``__transaction_state``)."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.requests: list[list[str]] = []
+
+    def supports(self, api: str) -> bool:
+        return True
+
+    def version(self, api: str) -> int:
+        return 4
+
+    def find_coordinators(self, keys: list[str], key_type: int) -> dict[str, Any]:
+        self.requests.append(list(keys))
+        if len(self.requests) <= self.busy:
+            return {k: (ErrorCode.COORDINATOR_NOT_AVAILABLE, None) for k in keys}
+        # One id's coordinator keeps failing for good: it is left to its partition.
+        return {k: (_TXN_ID_DENIED, None) if k == "denied"
+                else (0, NEW) for k in keys}  # fmt: skip
+
+
+def test_ids_whose_coordinator_is_not_available_yet_are_looked_up_again_together() -> None:
+    c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
+    broker = Bootstrap(busy=2)
+    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    ids = [f"partsync:t:{p}" for p in range(50)]
+    c.prefetch_txn_coordinators([*ids, "denied"], wait=10.0)
+    assert len(broker.requests) == 3  # each attempt one request for every id still missing
+    assert all(len(r) == 51 for r in broker.requests)
+    assert all(c._txn_coordinators[i] == NEW for i in ids)
+    assert "denied" not in c._txn_coordinators
+
+
+def test_looking_up_ahead_gives_up_after_its_wait() -> None:
+    c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
+    broker = Bootstrap(busy=10**6)
+    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    c.prefetch_txn_coordinators(["partsync:t:0", "partsync:t:1"], wait=0.5)
+    assert 1 <= len(broker.requests) <= 4 and not c._txn_coordinators
