@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--records", type=int, default=200, help="records per partition")
+    ap.add_argument("--json", action="store_true", help="end with the medians as one JSON line")
     args = ap.parse_args()
     src = start_tansu("join-src")
     local = start_kafka_cluster(args.kafka, 1, data_dir=Path(tempfile.mkdtemp(prefix="join-")))
@@ -92,6 +93,10 @@ def main() -> int:
             extra = "" if way == "no-op" else f"   +{m - med['no-op']:.2f} s over no-op"
             spoke = f"   ({', '.join(sorted(protocols[way]))})" if protocols.get(way) else ""
             print(f"  {way:9s} {m:6.2f} s{extra}{spoke}")
+        if args.json:
+            print(json.dumps({"kafka": args.kafka, "repeat": args.repeat,
+                              "median_wall_s": {w: round(m, 3) for w, m in med.items()},
+                              "protocols": {w: sorted(p) for w, p in protocols.items()}}))  # fmt: skip
     finally:
         local.stop()
         src.stop()

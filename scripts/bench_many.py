@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--local", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--trees", default=".", help="comma-separated partsync source trees")
     ap.add_argument("--count", action="store_true", help="print each run's requests by API")
+    ap.add_argument("--json", action="store_true", help="end with the medians as one JSON line")
     ap.add_argument("extra", nargs="*", help="more `partsync sync` arguments (after --)")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
@@ -114,6 +115,11 @@ def main() -> int:
             wall = statistics.median(w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
             print(f"  {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s")
+        if args.json:
+            print(json.dumps({"partitions": n, "local": args.local, "rounds": args.rounds,
+                              "trees": {str(t): {"wall_s": statistics.median(w for w, _ in runs),
+                                                 "cpu_s": statistics.median(c for _, c in runs)}
+                                        for t, runs in results.items()}}))  # fmt: skip
     finally:
         if local is not None:
             local.stop()

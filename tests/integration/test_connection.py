@@ -83,6 +83,32 @@ def test_one_off_calls_of_several_threads_are_in_flight_together(source_a, topic
     assert got == {p: p + 2 for p in range(parts)}
 
 
+def test_hundreds_of_callers_on_one_connection_each_get_their_own_answer(source_a, topic) -> None:
+    """The reading side is handed from caller to caller (each reads up to its own answer, then
+    wakes the caller whose answer is next): with many callers at once none is left waiting."""
+    parts = 4
+    data.create_topic(source_a.bootstrap, topic, parts)
+    for p in range(parts):
+        data.produce(source_a.bootstrap, topic, data.make_records(p + 1, seed=p, partition=p))
+    wrong: list[object] = []
+    with Connection(source_a.host, source_a.port, cluster="a") as conn:
+
+        def ask(i: int) -> None:
+            p = i % parts
+            for _ in range(5):
+                got = conn.fetch(topic, [(p, 0, 1 << 16)], max_wait_ms=100, min_bytes=1)
+                if set(got) != {p} or got[p].high_watermark != p + 1:
+                    wrong.append((p, sorted(got)))
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads)
+    assert wrong == []
+
+
 def test_calls_in_flight_on_a_connection_that_drops_all_fail_and_none_hangs(
     source_a, topic
 ) -> None:

@@ -1,0 +1,206 @@
+"""Every performance claim of issue 15, measured in one run: one row per claim, as a ratio or a
+difference against its own baseline measured alongside, never an absolute MB/s.
+
+    python scripts/bench_claims.py [--only 1,2a,2b,3,4,5,6] [--json claims.json]
+                                   [--markdown claims.md]
+
+Each claim runs the benchmark script that owns it (with sizes that keep the whole run to about
+15 minutes here), reads that script's JSON and compares the number with the goal:
+
+=====  ======================================================  =================================
+claim  what                                                    script
+=====  ======================================================  =================================
+1      one-shot run with work, default group, over a no-op run  bench_join.py (local Kafka 4.1.1)
+2a     partsync / ideal MB/s at 128 partitions (lz4)            bench.py --experiments scaling
+2b     first sync of 1000 one-record partitions, wall           bench_many.py (local Kafka 4.1.1)
+3      K connections over a capped link: x of K=1, of capacity  bench_link.py (one-shot, follow)
+4      confluent mirror CPU/GB over partsync's (lz4, zstd)      bench.py --experiments main
+5      peak RSS at 128 partitions against --memory-budget       bench.py (with 2a)
+6      follow mode p50 latency at 50 records/s                  bench_follow.py (Kafka 4.1.1)
+=====  ======================================================  =================================
+
+A claim whose script fails is reported as such (and the run exits 1); the others still run.
+The exit code is 0 when every selected script ran, whether or not each goal is met: the table
+says which are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Row:
+    claim: str
+    what: str
+    measured: str
+    goal: str
+    met: bool | None  # None: the script failed
+    seconds: float
+
+
+def _script(name: str, *args: str, timeout: float = 1800) -> dict[str, Any]:
+    """Run ``scripts/<name>`` and return the JSON document its stdout ends with."""
+    cmd = [sys.executable, str(HERE / name), *args]
+    print(f"$ {' '.join(cmd[1:])}", flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{name} exited {p.returncode}: {(p.stderr or p.stdout)[-1500:]}")
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("{"):
+            doc: dict[str, Any] = json.loads(line)
+            return doc
+    raise RuntimeError(f"{name} printed no JSON")
+
+
+def _bench_json(*args: str) -> dict[str, Any]:
+    """``bench.py`` writes its JSON to a file."""
+    with tempfile.TemporaryDirectory(prefix="claims-") as tmp:
+        out = Path(tmp) / "bench.json"
+        cmd = [sys.executable, str(HERE / "bench.py"), *args, "--json", str(out)]
+        print(f"$ {' '.join(cmd[1:])}", flush=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+        if p.returncode != 0 or not out.exists():
+            raise RuntimeError(f"bench.py exited {p.returncode}: {(p.stderr or p.stdout)[-1500:]}")
+        doc: dict[str, Any] = json.loads(out.read_text())
+        return doc
+
+
+def claim_1() -> list[Row]:
+    doc = _script("bench_join.py", "--kafka", "4.1.1", "--repeat", "3", "--json")
+    med = doc["median_wall_s"]
+    extra = med["consumer"] - med["no-op"]
+    return [Row("1", "one-shot run with work (default group) over a no-op run",
+                f"+{extra:.2f} s ({med['consumer']:.2f} vs {med['no-op']:.2f} s)",
+                "<= +0.5 s", extra <= 0.5, 0.0)]  # fmt: skip
+
+
+def claims_2a_5() -> list[Row]:
+    budget_mib = 64
+    doc = _bench_json("--experiments", "scaling", "--scale-partitions", "128",
+                      "--scale-size-mb", "200", "--contenders", "partsync,ideal",
+                      "--memory-budget-mib", str(budget_mib))  # fmt: skip
+    rows = doc["rows"]
+    speed = {r["contender"]: r["mb_per_s"] for r in rows if r["experiment"] == "partitions"}
+    ratio = speed["partsync"] / speed["ideal"]
+    mem = next(r for r in rows if r["experiment"] == "memory")
+    limit = budget_mib * (1 << 20) / 1e6 + 100
+    return [
+        Row("2a", "partsync / ideal MB/s, 128 partitions, lz4", f"{ratio:.2f}", ">= 0.9",
+            ratio >= 0.9, 0.0),
+        Row("5", f"peak RSS at 128 partitions, --memory-budget {budget_mib} MiB",
+            f"{mem['peak_rss_mb']:.0f} MB (limit {limit:.0f})", "<= budget + 100 MB",
+            mem["peak_rss_mb"] <= limit, 0.0),
+    ]  # fmt: skip
+
+
+def claim_2b() -> list[Row]:
+    doc = _script("bench_many.py", "--partitions", "1000", "--rounds", "3", "--json")
+    wall = next(iter(doc["trees"].values()))["wall_s"]
+    return [Row("2b", "first sync of 1000 one-record partitions (local Kafka), wall",
+                f"{wall:.2f} s", "<= 1.5 s", wall <= 1.5, 0.0)]  # fmt: skip
+
+
+def claim_3() -> list[Row]:
+    doc = _script("bench_link.py", "--mb", "64", "--partitions", "1", "--rate-mb", "1",
+                  "--ks", "1,2,4,8,16", "--chunk-offsets", "50000",
+                  "--modes", "one-shot,follow", "--json")  # fmt: skip
+    out = []
+    for r in doc["rows"]:
+        k = r["k"]
+        ok = r["vs_k1"] >= 0.75 * k and r["of_capacity"] >= 0.6
+        out.append(Row("3", f"{r['mode']}, K={k} connections over a 1 MB/s, 40 ms link",
+                       f"x{r['vs_k1']:.2f} of K=1, {r['of_capacity']:.2f} of capacity",
+                       f">= x{0.75 * k:g}, >= 0.6", ok, 0.0))  # fmt: skip
+    return out
+
+
+def claim_4() -> list[Row]:
+    # Net of each contender's fixed cost (its run on an empty topic: process start, imports,
+    # connecting), which 300 MB does not amortise; the gross ratio is shown beside it.
+    doc = _bench_json("--experiments", "main", "--size-mb", "300",
+                      "--contenders", "partsync,confluent-mirror")  # fmt: skip
+    out = []
+    for topic in ("bench-lz4", "bench-zstd"):
+        ratios = doc["ratios"][topic]
+        net = ratios["confluent-mirror_over_partsync_net_cpu_per_gb"]
+        gross = ratios["confluent-mirror_over_partsync_cpu_per_gb"]
+        out.append(Row("4", f"confluent mirror CPU/GB over partsync's, {topic[6:]}, net",
+                       f"{net:.1f}x (gross {gross:.1f}x)", ">= 10x", net >= 10, 0.0))  # fmt: skip
+    return out
+
+
+def claim_6() -> list[Row]:
+    doc = _script("bench_follow.py", "--records", "300", "--rate", "50", "--partitions", "4",
+                  "--broker", "kafka", "--json")  # fmt: skip
+    p50 = doc["latency_ms"]["p50"]
+    return [Row("6", "follow mode, source to local p50 at 50 records/s (Kafka)",
+                f"{p50:.1f} ms", "<= 20 ms", p50 <= 20, 0.0)]  # fmt: skip
+
+
+CLAIMS: dict[str, tuple[tuple[str, ...], Callable[[], list[Row]]]] = {
+    "1": (("1",), claim_1),
+    "2a": (("2a", "5"), claims_2a_5),
+    "2b": (("2b",), claim_2b),
+    "3": (("3",), claim_3),
+    "4": (("4",), claim_4),
+    "6": (("6",), claim_6),
+}
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| claim | what | measured | goal | met |", "|--|--|--|--|--|"]
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: "failed"}[r.met]
+        lines.append(f"| {r.claim} | {r.what} | {r.measured} | {r.goal} | {met} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated claims (default: all)")
+    ap.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
+    ap.add_argument("--markdown", default=None, help="write the table as Markdown here")
+    a = ap.parse_args()
+    wanted = {c.strip() for c in a.only.split(",") if c.strip()}
+    runs = [(k, v) for k, v in CLAIMS.items() if not wanted or wanted & {k, *v[0]}]
+    if wanted - {c for k, v in CLAIMS.items() for c in (k, *v[0])}:
+        ap.error(f"unknown claim(s) in --only; known: {', '.join(sorted(CLAIMS))}, 5")
+    rows: list[Row] = []
+    failed = False
+    for key, (names, fn) in runs:
+        t0 = time.monotonic()
+        try:
+            got = fn()
+        except Exception as e:  # noqa: BLE001 - one claim failing must not hide the others
+            failed = True
+            print(f"claim {key}: {e}", file=sys.stderr)
+            got = [Row(n, "(the benchmark failed)", str(e).splitlines()[0][:80], "", None, 0.0)
+                   for n in names]  # fmt: skip
+        spent = time.monotonic() - t0
+        for r in got:
+            r.seconds = round(spent, 1)
+        rows.extend(got)
+        print(markdown(got).split("\n", 2)[2], flush=True)
+    table = markdown(rows)
+    print("\n" + table)
+    if a.markdown:
+        Path(a.markdown).write_text(table + "\n")
+    if a.json_path:
+        Path(a.json_path).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
