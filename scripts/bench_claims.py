@@ -89,7 +89,7 @@ def claim_1() -> list[Row]:
 def claims_2a_5() -> list[Row]:
     budget_mib = 64
     doc = _bench_json("--experiments", "scaling", "--scale-partitions", "128",
-                      "--scale-size-mb", "200", "--contenders", "partsync,ideal",
+                      "--scale-size-mb", "200", "--contenders", "partsync,ideal", "--repeat", "3",
                       "--memory-budget-mib", str(budget_mib))  # fmt: skip
     rows = doc["rows"]
     speed = {r["contender"]: r["mb_per_s"] for r in rows if r["experiment"] == "partitions"}
