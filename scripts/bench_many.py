@@ -111,15 +111,15 @@ def main() -> int:
                       flush=True)  # fmt: skip
         print(f"\nfirst sync of {n} one-record partitions, local {args.local}, medians of "
               f"{args.rounds}:")  # fmt: skip
+        medians: dict[str, dict[str, float]] = {}
         for tree, runs in results.items():
             wall = statistics.median(w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
+            medians[str(tree)] = {"wall_s": wall, "cpu_s": cpu}
             print(f"  {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s")
         if args.json:
             print(json.dumps({"partitions": n, "local": args.local, "rounds": args.rounds,
-                              "trees": {str(t): {"wall_s": statistics.median(w for w, _ in runs),
-                                                 "cpu_s": statistics.median(c for _, c in runs)}
-                                        for t, runs in results.items()}}))  # fmt: skip
+                              "trees": medians}))  # fmt: skip
     finally:
         if local is not None:
             local.stop()

@@ -84,8 +84,8 @@ def test_one_off_calls_of_several_threads_are_in_flight_together(source_a, topic
 
 
 def test_hundreds_of_callers_on_one_connection_each_get_their_own_answer(source_a, topic) -> None:
-    """The reading side is handed from caller to caller (each reads up to its own answer, then
-    wakes the caller whose answer is next): with many callers at once none is left waiting."""
+    """Many threads' calls in flight on one connection at once (as a thousand partitions'
+    fences share their coordinator's): every caller returns, each with its own answer."""
     parts = 4
     data.create_topic(source_a.bootstrap, topic, parts)
     for p in range(parts):
