@@ -175,20 +175,29 @@ class Cluster:
     def find_coordinator(
         self, key: str, key_type: int, *, timeout: float = 30.0
     ) -> tuple[int, BrokerInfo | None]:
-        """(error code, coordinator) of a group or transactional id. A coordinator that is
-        loading, not available yet or moved is asked for again until ``timeout``; the last error
-        code comes back when it runs out (or at once for any other error)."""
+        """(error code, coordinator) of a group or transactional id: ``find_coordinators``
+        for one key."""
+        return self.find_coordinators([key], key_type, timeout=timeout)[key]
+
+    def find_coordinators(
+        self, keys: list[str], key_type: int, *, timeout: float = 30.0
+    ) -> dict[str, tuple[int, BrokerInfo | None]]:
+        """(error code, coordinator) of each group or transactional id. Keys whose coordinator
+        is loading, not available yet or moved are asked for again, together, until
+        ``timeout``; such a key's last error code comes back when it runs out (any other error
+        at once). Threads asking at the same moment share one FindCoordinator (KIP-699)."""
         backoff = Backoff(0.1, 1.0, deadline=timeout)
         finder = self._coordinator_finder(key_type)
-        while True:
-            code, coord = finder.get(key)
-            if not code or code not in COORDINATOR_RETRY_CODES or not backoff.wait():
-                return code, coord
+        out: dict[str, tuple[int, BrokerInfo | None]] = {}
+        missing = list(dict.fromkeys(keys))
+        while missing:
+            out.update(finder.get_many(missing))
+            missing = [k for k in missing if out[k][0] in COORDINATOR_RETRY_CODES]
+            if missing and not backoff.wait():
+                break
+        return out
 
     def _coordinator_finder(self, key_type: int) -> Coalescer[str, tuple[int, BrokerInfo | None]]:
-        """Many partitions' writers each look up their transactional id's coordinator at once:
-        one FindCoordinator for all of them (KIP-699)."""
-
         def ask(keys: list[str]) -> dict[str, tuple[int, BrokerInfo | None]]:
             return self._bootstrap_call(lambda c: c.find_coordinators(keys, key_type))
 
@@ -208,26 +217,23 @@ class Cluster:
             missing = [i for i in dict.fromkeys(ids) if i not in self._txn_coordinators]
         if not missing:
             return
-        backoff = Backoff(0.2, 1.0, deadline=wait)
         try:
             batches = self._bootstrap_call(
                 lambda c: c.supports("FindCoordinator") and c.version("FindCoordinator") >= 4
             )
             if not batches:
                 return
-            while missing:
-                found = self._coordinator_finder(TXN_KEY).get_many(missing)
-                with self._lock:
-                    for key, (code, coord) in found.items():
-                        if not code and coord is not None:
-                            self._txn_coordinators[key] = coord
-                missing = [k for k, (code, _c) in found.items() if code in COORDINATOR_RETRY_CODES]
-                if missing and not backoff.wait():
-                    log.debug("%d transactional ids' coordinators not available after %gs",
-                              len(missing), wait)  # fmt: skip
-                    return
+            found = self.find_coordinators(missing, TXN_KEY, timeout=wait)
         except PartsyncError as e:
             log.debug("looking up %d transactional ids' coordinators: %s", len(missing), e)
+            return
+        with self._lock:
+            for key, (code, coord) in found.items():
+                if not code and coord is not None:
+                    self._txn_coordinators[key] = coord
+        if unavailable := sum(1 for code, _c in found.values() if code):
+            log.debug("%d transactional ids' coordinators not found within %gs",
+                      unavailable, wait)  # fmt: skip
 
     def _txn_coordinator(
         self, transactional_id: str, timeout: float

@@ -229,7 +229,8 @@ def test_partitions_look_up_their_fencing_coordinators_together(
     not one request per partition; every partition is still fenced (one InitProducerId each)."""
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     # Kafka creates its transaction log on the first lookup and answers COORDINATOR_NOT_AVAILABLE
-    # meanwhile (each partition then asks again on its own): a sync before makes sure it exists.
+    # meanwhile; the lookup then asks again, and the count below would include those retries. A
+    # sync before makes sure the log exists, so the count is the lookups of this sync alone.
     warm = topic + "-warm"
     for b in (a, local):
         create_topic(b, warm, 1)

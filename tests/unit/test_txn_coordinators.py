@@ -131,3 +131,31 @@ def test_looking_up_ahead_gives_up_after_its_wait() -> None:
     c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     c.prefetch_txn_coordinators(["partsync:t:0", "partsync:t:1"], wait=0.5)
     assert 1 <= len(broker.requests) <= 4 and not c._txn_coordinators
+
+
+class Staggered(Bootstrap):
+    """Odd-numbered ids' coordinators become available one lookup later than the others."""
+
+    def find_coordinators(self, keys: list[str], key_type: int) -> dict[str, Any]:
+        self.requests.append(list(keys))
+        late = len(self.requests) == 1
+        return {k: (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
+                if late and int(k.rsplit(":", 1)[1]) % 2 else (0, NEW) for k in keys}  # fmt: skip
+
+
+def test_only_the_keys_still_missing_are_asked_again() -> None:
+    c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
+    broker = Staggered(busy=0)
+    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    ids = [f"partsync:t:{p}" for p in range(6)]
+    found = c.find_coordinators(ids, 1, timeout=10.0)
+    assert broker.requests == [ids, ids[1::2]]
+    assert found == {i: (0, NEW) for i in ids}
+    # One key is the same lookup; a key that never becomes available returns its last error.
+    assert c.find_coordinator("partsync:t:7", 1, timeout=10.0) == (0, NEW)
+    stuck = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
+    busy = Bootstrap(busy=10**6)
+    stuck._bootstrap_call = lambda fn: fn(busy)  # type: ignore[method-assign,assignment]
+    unavailable = (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+    assert stuck.find_coordinator("g", 0, timeout=0.3) == unavailable
+    assert 1 < len(busy.requests) <= 4
