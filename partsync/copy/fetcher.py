@@ -26,7 +26,7 @@ from partsync.io.fetch_lane import FetchAnswer, FetchLane
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
 
-__all__ = ["END", "Piece", "Pieces", "plan_pieces", "start_fetchers"]
+__all__ = ["END", "Piece", "Pieces", "plan_pieces", "start_fetchers", "throttle"]
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class _Fetcher:
         except BaseException:
             self.ctx.budget.release(r.size)
             raise
-        _throttle(self.ctx, self.source, fetched.received)
+        throttle(self.ctx, self.source, fetched.received)
         kept = 0
         kept_batches: list[Batch] = []
         # A bootstrap's first chunk begins at the sources' log start, which may cut a batch:
@@ -272,7 +272,7 @@ class _Fetcher:
         self.ready.sort(key=lambda x: x.piece.index)
 
 
-def _throttle(ctx: CopyContext, source: str, nbytes: int) -> None:
+def throttle(ctx: CopyContext, source: str, nbytes: int) -> None:
     """Hold this fetcher back so the run's and the source cluster's byte rates hold."""
     ref = ctx.sources[source].ref
     for lim in (limiter_for("run", ctx.opts.max_bytes_per_sec),

@@ -29,7 +29,7 @@ from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
 from partsync.plan.topic_rules import LocalTopicRules
 
-__all__ = ["copy_partition"]
+__all__ = ["copy_partition", "copy_result"]
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,7 @@ def copy_partition(
     """Execute ``plan`` for one partition and report what happened (never raises PartsyncError).
 
     ``producer`` continues an owner's session; it is marked unusable if anything went wrong."""
-    base = PartitionResult(
-        topic=plan.topic,
-        partition=plan.partition,
-        status=Status.IN_SYNC,
-        local_end_before=plan.local.end,
-        local_end_after=plan.local.end,
-        target_end=plan.target_end,
-    )
+    base = _untouched(plan)
     if plan.condition is Condition.IN_SYNC:
         return base
     if plan.condition is Condition.UNSAFE:
@@ -98,7 +91,25 @@ def copy_partition(
         ctx.close_all()
     if producer is not None and ctx.error is not None:
         producer.usable = False
-    result = base.with_copy(
+    return copy_result(ctx, started)
+
+
+def _untouched(plan: PartitionPlan) -> PartitionResult:
+    return PartitionResult(
+        topic=plan.topic,
+        partition=plan.partition,
+        status=Status.IN_SYNC,
+        local_end_before=plan.local.end,
+        local_end_after=plan.local.end,
+        target_end=plan.target_end,
+    )
+
+
+def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
+    """What a copy did, from its context (started at ``time.monotonic()`` ``started``): its
+    counts, where the local log ends, and its status (the error that stopped it, or synced)."""
+    plan = ctx.plan
+    result = _untouched(plan).with_copy(
         local_end_after=ctx.confirmed_end,
         batches=ctx.batches,
         bytes=ctx.bytes,

@@ -29,6 +29,7 @@ from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
+from partsync.run.small import first_round_small
 from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
 from partsync.run.topic_watch import TopicChanges, TopicWatch
 
@@ -174,6 +175,9 @@ class PartitionRunner:
         else:  # not in the group member's thread, which must heartbeat
             threading.Thread(target=self._prefetch_fencing, args=(parts,), daemon=True,
                              name="prefetch-coordinators").start()  # fmt: skip
+        owned = parts
+        if self.member is None and not self.opts.follow:
+            parts = self._first_round_small(parts)
         with self._lock:
             for tp in parts:
                 task = self.tasks.get(tp)
@@ -189,7 +193,20 @@ class PartitionRunner:
                 self._running += 1
                 w.thread.start()
         if self.observer:
-            self.observer.set_owned(parts)
+            self.observer.set_owned(owned)
+
+    def _first_round_small(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        """A one-shot run copies many small partitions' first round together
+        (``run.small``); the partitions left for a worker each."""
+        with self._lock:
+            tasks = [self.tasks[tp] for tp in parts if tp in self.tasks and tp not in self.workers]
+        observe = self.observer.observe_plan if self.observer else None
+        results, rest = first_round_small(tasks, self.pool, progress=self.progress,
+                                          stop=self.stop, on_plan=observe)  # fmt: skip
+        for r in results:
+            self.record(r)
+        done = {(r.topic, r.partition) for r in results} - {t.key for t in rest}
+        return [tp for tp in parts if tp not in done]
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
         with self._lock:

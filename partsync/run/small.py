@@ -1,0 +1,150 @@
+"""A one-shot run's first round for many small partitions at once: ``first_round_small``.
+
+Each partition still goes through the steps of its own first round (``task.copy_round``), in
+the same order and with the same guarantee, but every step is taken for all of them together:
+
+1. fence: each partition's InitProducerId under its own transactional id (many in flight on
+   the coordinators' connections, not one partition after another);
+2. read the local bounds after the fence, for all of them in one request per leader, and keep
+   a partition only where they are still what the driver planned with and its high watermark
+   is its log end (where the next append lands);
+3. copy: one fetch per partition, many partitions per Fetch and per Produce request, every
+   append verified (``copy.bulk``).
+
+Anything else (a refused fence, a local log that moved, a fetch that did not bring the whole
+range, a retriable error) sends the partition to the usual per-partition rounds, which also
+report it properly. The per-partition task stays the unit an engine runs: this is only the
+local runner's way of starting many of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from partsync.copy.bulk import SmallCopy, copy_small, fits_small
+from partsync.copy.context import ProgressFn
+from partsync.copy.producer import ProducerSession, open_producer
+from partsync.errors import PartsyncError
+from partsync.io.bounds import read_log_ends
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import PartitionPlan
+from partsync.plan.results import PartitionResult, Status
+from partsync.run.task import PartitionTask
+
+__all__ = ["MIN_PARTITIONS", "first_round_small"]
+
+log = logging.getLogger(__name__)
+
+# Below this many small partitions the usual rounds (a few at a time, each pipelined) are as
+# fast; above it their per-partition cost dominates a run.
+MIN_PARTITIONS = 32
+# InitProducerId calls in flight at once (they share the coordinators' connections).
+FENCES_IN_FLIGHT = 16
+
+TopicPartition = tuple[str, int]
+
+
+def first_round_small(
+    tasks: Sequence[PartitionTask],
+    pool: ClusterPool,
+    *,
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+    on_plan: Callable[[PartitionPlan], None] | None = None,
+) -> tuple[list[PartitionResult], list[PartitionTask]]:
+    """The results of the partitions copied here, and the tasks to run the usual way (every
+    task not copied, and those whose copy failed in a way a retry may mend)."""
+    stop = stop or threading.Event()
+    small = [t for t in tasks if t.plan_is_fresh() and fits_small(t.plan)]
+    if len(small) < MIN_PARTITIONS or stop.is_set():
+        return [], list(tasks)
+    chosen = {t.key for t in small}
+    rest = [t for t in tasks if t.key not in chosen]
+    groups: dict[tuple[object, ...], list[PartitionTask]] = {}
+    for t in small:
+        groups.setdefault((t.local, t.sources, t.options), []).append(t)
+    results: list[PartitionResult] = []
+    for group in groups.values():
+        done, again = _copy_group(group, pool, progress, stop, on_plan)
+        results.extend(done)
+        rest.extend(again)
+    return results, rest
+
+
+def _copy_group(
+    tasks: list[PartitionTask],
+    pool: ClusterPool,
+    progress: ProgressFn | None,
+    stop: threading.Event,
+    on_plan: Callable[[PartitionPlan], None] | None,
+) -> tuple[list[PartitionResult], list[PartitionTask]]:
+    first = tasks[0]
+    local = pool.get(first.local)
+    sources = {ref.name: pool.get(ref) for ref in first.sources}
+    sessions = _fence(tasks, pool)
+    fenced = [t for t in tasks if t.key in sessions]
+    again = [t for t in tasks if t.key not in sessions]
+    try:
+        unmoved = _unmoved(fenced, pool)
+    except PartsyncError as e:
+        log.debug("reading the local bounds after fencing: %s", e)
+        return [], tasks
+    copies = []
+    for t in fenced:
+        if t.key in unmoved:
+            if on_plan is not None:
+                on_plan(t.plan)
+            copies.append(SmallCopy(t.plan, t.rules, sessions[t.key]))
+        else:
+            again.append(t)
+    by_key = {t.key: t for t in fenced}
+    done: list[PartitionResult] = []
+    for key, result in copy_small(copies, sources, local, first.options, progress, stop).items():
+        if result is None:
+            again.append(by_key[key])
+            continue
+        done.append(result)
+        if result.status is Status.ERROR and result.retriable and not stop.is_set():
+            again.append(by_key[key])  # retried like any failed first round
+    return done, again
+
+
+def _fence(tasks: list[PartitionTask], pool: ClusterPool) -> dict[TopicPartition, ProducerSession]:
+    """Each partition's producer session, opened under its own transactional id (which fences
+    any earlier writer of it); a partition whose fence failed is left out."""
+    local = pool.get(tasks[0].local)
+
+    def fence(t: PartitionTask) -> ProducerSession | None:
+        try:
+            return open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing)
+        except PartsyncError as e:
+            log.debug("fencing %s-%d: %s", *t.key, e)
+            return None
+
+    with ThreadPoolExecutor(FENCES_IN_FLIGHT, thread_name_prefix="fence") as ex:
+        sessions = list(ex.map(fence, tasks))
+    return {t.key: s for t, s in zip(tasks, sessions, strict=True) if s is not None}
+
+
+def _unmoved(tasks: list[PartitionTask], pool: ClusterPool) -> set[TopicPartition]:
+    """The partitions whose local bounds, read after the fence, are still the driver's and whose
+    high watermark has reached the log end: their plan holds for the copy."""
+    if not tasks:
+        return set()
+    local = pool.get(tasks[0].local)
+    by_topic: dict[str, list[PartitionTask]] = {}
+    for t in tasks:
+        by_topic.setdefault(t.plan.topic, []).append(t)
+    out: set[TopicPartition] = set()
+    for topic, ts in by_topic.items():
+        parts = [t.plan.partition for t in ts]
+        bounds = local.bounds(topic, parts)
+        ends = read_log_ends(local, topic, parts)
+        for t in ts:
+            p = t.plan.partition
+            if bounds[p] == t.plan.local and ends[p] <= bounds[p].end:
+                out.add(t.key)
+    return out

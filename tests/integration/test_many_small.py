@@ -1,0 +1,139 @@
+"""Issue 15 goal 2: a one-shot run's first round for many small partitions is taken together
+(``run.small``, ``copy.bulk``): every partition fenced under its own transactional id, its
+local bounds read again after the fence, its range fetched and appended with many partitions
+per request, and every append verified. Whatever that path cannot finish goes through the usual
+per-partition rounds, which also report it.
+
+The strict proxy in front of the local cluster checks every Produce against Kafka's append
+rules (tests/integration/conftest.py): one append in flight per partition, no append behind an
+unanswered one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from partsync.demo.data import assert_partitions_identical, create_topic, make_records, produce
+from partsync.run.small import MIN_PARTITIONS
+from tests.conftest import CliResult
+from tests.integration.sync_support import Clusters, by_partition, ends, fetch_batches, records
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+Run = Callable[..., CliResult]
+
+N = MIN_PARTITIONS + 8
+NOT_ENOUGH_REPLICAS = 19
+INVALID_RECORD = 87
+
+
+def _small(clusters: Clusters, topic: str, *, seed: int) -> None:
+    """``N`` partitions of two batches each (so each partition's second append must wait for
+    its first one's answer)."""
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, N)
+    create_topic(clusters.bootstrap("local"), topic, N)
+    for n, s in ((2, seed), (1, seed + 1000)):  # one producer per round of batches
+        recs = [r for p in range(N) for r in records(n, seed=s + p, partition=p)]
+        produce(a, topic, recs, linger_ms=100)
+
+
+def _sync(psync: Run, topic: str, *args: str) -> CliResult:
+    return psync("sync", "--topic", topic, "--sources", "a", "--json", "--no-group", *args)
+
+
+def test_many_small_partitions_are_copied_in_a_few_requests(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    _small(clusters, topic, seed=100)
+    proxy = clusters.proxy
+    before = dict(proxy.requests)
+
+    r = _sync(psync, topic, "--parallelism", "2")
+
+    assert r.code == 0, r.stdout + r.stderr
+    parts = by_partition(r.json, topic)
+    assert {e["status"] for e in parts.values()} == {"synced"}, r.stdout
+    for p, e in parts.items():
+        assert e["local_end_after"] == 3, e
+        assert e["batches"] == len(fetch_batches(clusters["a"], topic, p)) >= 2, e
+    assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, N)
+    sent = {api: n - before.get(api, 0) for api, n in proxy.requests.items()}
+    # Every partition fenced under its own id (a coordinator still loading is asked again);
+    # with --parallelism 2 the usual rounds would need about a Produce per batch (2N) and a
+    # ListOffsets per partition.
+    assert sent["InitProducerId"] >= N, sent
+    assert sent["Produce"] <= N // 2, sent
+    assert sent["ListOffsets"] <= 8, sent
+
+
+def test_a_partition_bigger_than_one_fetch_goes_the_usual_way(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Partition 3 holds ~300 KB in 200 offsets: its fetch does not bring the whole range, so
+    nothing of it is appended here and its usual rounds copy it, alongside the small ones."""
+    _small(clusters, topic, seed=200)
+    a = clusters.bootstrap("a")
+    produce(a, topic, make_records(200, seed=7, partition=3, value_size=1500), batch_size=16384)
+
+    r = _sync(psync, topic)
+
+    assert r.code == 0, r.stdout + r.stderr
+    parts = by_partition(r.json, topic)
+    assert {e["status"] for e in parts.values()} == {"synced"}, r.stdout
+    assert parts[3]["local_end_after"] == 203 and parts[3]["batches"] > 2, parts[3]
+    assert_partitions_identical(a, clusters.bootstrap("local"), topic, N)
+
+
+def test_a_retriable_refusal_is_retried_by_the_usual_rounds(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Partition 5's first append is refused (NOT_ENOUGH_REPLICAS, answered late): its second
+    batch is never sent behind it (the proxy's check), and the partition is retried in the run."""
+    _small(clusters, topic, seed=300)
+    clusters.kafka.reject_produce(topic, 5, NOT_ENOUGH_REPLICAS, hold_s=0.5)
+
+    r = _sync(psync, topic)
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert clusters.kafka.injected[f"produce-error-{NOT_ENOUGH_REPLICAS}"] == 1
+    assert by_partition(r.json, topic)[5]["status"] == "synced"
+    assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, N)
+
+
+def test_a_refused_batch_stops_its_partition_and_no_other(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """INVALID_RECORD on partition 7's second batch is not retriable: the partition is unsafe at
+    that batch's offset with the first batch copied; every other partition is copied."""
+    _small(clusters, topic, seed=400)
+    clusters.kafka.reject_produce(topic, 7, INVALID_RECORD, skip=1)
+
+    r = _sync(psync, topic)
+
+    assert r.code == 3, r.stdout + r.stderr
+    parts = by_partition(r.json, topic)
+    e = parts[7]
+    assert e["status"] == "unsafe" and e["local_end_after"] == 2, e
+    assert "INVALID_RECORD" in e["reason"] and "offset 2" in e["reason"], e["reason"]
+    assert ends(clusters["local"], topic, N)[7] == 2
+    assert {s["status"] for p, s in parts.items() if p != 7} == {"synced"}
+
+
+def test_cut_connections_while_appending_converge_in_one_run(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Produce connections are cut right after a request went out: the answers of every
+    partition in it are lost, and each of those partitions goes on from the local log end the
+    broker really has (an append the cut hid counts as this run's)."""
+    _small(clusters, topic, seed=500)
+    clusters.kafka.cut_after_produce(0.5, seed=15, limit=2)
+
+    r = _sync(psync, topic)
+
+    assert clusters.kafka.injected["cut-after-produce"] >= 1
+    assert r.code == 0, r.stdout + r.stderr
+    assert {e["status"] for e in by_partition(r.json, topic).values()} == {"synced"}, r.stdout
+    assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, N)
