@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from partsync.config import ClusterRef
@@ -29,7 +29,7 @@ from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
-from partsync.run.small import first_round_small
+from partsync.run.small import choose_small, first_round_small
 from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
 from partsync.run.topic_watch import TopicChanges, TopicWatch
 
@@ -127,6 +127,16 @@ class _Worker:
             tail.unwatch(self.tp)
 
 
+@dataclass(eq=False)
+class _SmallRound:
+    """The first rounds of many small partitions, taken together (``run.small``)."""
+
+    parts: set[TopicPartition]
+    stop: threading.Event = field(default_factory=threading.Event)
+    revoked: set[TopicPartition] = field(default_factory=set)
+    thread: threading.Thread | None = None
+
+
 class PartitionRunner:
     """Runs the tasks this process owns until stopped (follow) or until each had its rounds."""
 
@@ -160,6 +170,9 @@ class PartitionRunner:
         # Set when a worker finishes, so a one-shot run ends as soon as the last one does.
         self.wake = threading.Event()
         self._lock = threading.Lock()
+        # The first rounds taken together (one per run), and whether workers may still start.
+        self._small: _SmallRound | None = None
+        self._closing = False
         self.tails: dict[str, Tail] = {}
         if opts.follow:
             on_hw = observer.source_high_watermark if observer else None
@@ -175,10 +188,15 @@ class PartitionRunner:
         else:  # not in the group member's thread, which must heartbeat
             threading.Thread(target=self._prefetch_fencing, args=(parts,), daemon=True,
                              name="prefetch-coordinators").start()  # fmt: skip
-        owned = parts
-        if self.member is None and not self.opts.follow:
-            parts = self._first_round_small(parts)
+        rest = parts if self.opts.follow else self._first_round_small(parts)
+        self._start_workers(rest)
+        if self.observer:
+            self.observer.set_owned(parts)
+
+    def _start_workers(self, parts: list[TopicPartition]) -> None:
         with self._lock:
+            if self._closing:
+                return
             for tp in parts:
                 task = self.tasks.get(tp)
                 if task is None:
@@ -192,21 +210,45 @@ class PartitionRunner:
                 w = self.workers[tp] = _Worker(self, task)
                 self._running += 1
                 w.thread.start()
-        if self.observer:
-            self.observer.set_owned(owned)
 
     def _first_round_small(self, parts: list[TopicPartition]) -> list[TopicPartition]:
-        """A one-shot run copies many small partitions' first round together
-        (``run.small``); the partitions left for a worker each."""
+        """A one-shot run takes many small partitions' first rounds together (``run.small``):
+        here without a group, on a thread of its own with one (the member's thread must
+        heartbeat; a revoke stops it as it stops a worker). The partitions left for a worker
+        each now."""
         with self._lock:
             tasks = [self.tasks[tp] for tp in parts if tp in self.tasks and tp not in self.workers]
-        observe = self.observer.observe_plan if self.observer else None
-        results, rest = first_round_small(tasks, self.pool, progress=self.progress,
-                                          stop=self.stop, on_plan=observe)  # fmt: skip
-        for r in results:
-            self.record(r)
-        done = {(r.topic, r.partition) for r in results} - {t.key for t in rest}
-        return [tp for tp in parts if tp not in done]
+            small = choose_small(tasks)
+            if not small or self._small is not None:
+                return parts
+            job = self._small = _SmallRound({t.key for t in small})
+            self._running += 1
+        later = [tp for tp in parts if tp not in job.parts]
+        if self.member is None:
+            self._run_small(job, small, self.stop)
+        else:
+            job.thread = threading.Thread(target=self._run_small, args=(job, small, job.stop),
+                                          name="first-round-small", daemon=True)  # fmt: skip
+            job.thread.start()
+        return later
+
+    def _run_small(
+        self, job: _SmallRound, small: list[PartitionTask], stop: threading.Event
+    ) -> None:
+        try:
+            observe = self.observer.observe_plan if self.observer else None
+            results, rest = first_round_small(small, self.pool, progress=self.progress, stop=stop,
+                                              handed_over=lambda: not self.stop.is_set(),
+                                              on_plan=observe)  # fmt: skip
+            for r in results:
+                self.record(r)
+            if not self.stop.is_set():
+                # Cut short by a revoke: the partitions still owned go on the usual way.
+                self._start_workers([t.key for t in rest if t.key not in job.revoked])
+        finally:
+            with self._lock:
+                self._running -= 1
+            self.wake.set()
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
         with self._lock:
@@ -214,9 +256,15 @@ class PartitionRunner:
                 w = self.workers.get(tp)
                 if w is not None:
                     w.stop.set()
+            job = self._small
+            if job is not None and (gone := job.parts.intersection(parts)):
+                job.revoked.update(gone)
+                job.stop.set()
             stopped = [w for w in self.workers.values() if w.stop.is_set()]
             still = sorted(tp for tp, w in self.workers.items() if not w.stop.is_set())
         if wait:
+            if job is not None and job.stop.is_set() and job.thread is not None:
+                job.thread.join()
             for w in stopped:
                 w.thread.join()
         if self.observer:
@@ -350,7 +398,8 @@ class PartitionRunner:
                 fatal = fatal or self.member.error
             self._watch_now.set()
             with self._lock:
-                everything = list(self.workers)
+                self._closing = True  # nothing starts after the revoke below
+                everything = list(self.workers) + sorted(self._small.parts if self._small else ())
             self.revoke(everything, wait=True)
             for t in self.tails.values():
                 t.close()

@@ -32,9 +32,9 @@ from partsync.io.bounds import read_log_ends
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status
-from partsync.run.task import PartitionTask
+from partsync.run.task import PartitionTask, interrupted
 
-__all__ = ["MIN_PARTITIONS", "first_round_small"]
+__all__ = ["MIN_PARTITIONS", "choose_small", "first_round_small"]
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +47,37 @@ FENCES_IN_FLIGHT = 16
 TopicPartition = tuple[str, int]
 
 
+def choose_small(tasks: Sequence[PartitionTask]) -> list[PartitionTask]:
+    """The tasks whose first round ``first_round_small`` takes: small copies planned moments
+    ago by this process, when there are enough of them to pay."""
+    small = [t for t in tasks if t.plan_is_fresh() and fits_small(t.plan)]
+    return small if len(small) >= MIN_PARTITIONS else []
+
+
 def first_round_small(
     tasks: Sequence[PartitionTask],
     pool: ClusterPool,
     *,
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
+    handed_over: Callable[[], bool] | None = None,
     on_plan: Callable[[PartitionPlan], None] | None = None,
 ) -> tuple[list[PartitionResult], list[PartitionTask]]:
-    """The results of the partitions copied here, and the tasks to run the usual way (every
-    task not copied, and those whose copy failed in a way a retry may mend)."""
+    """The first round of each task (all from ``choose_small``): the results of the rounds
+    taken, and the tasks to go on with the usual way (not copied here, a failure a retry may
+    mend, or a copy a ``stop`` cut short, whose result says so as ``task.interrupted`` does)."""
     stop = stop or threading.Event()
-    small = [t for t in tasks if t.plan_is_fresh() and fits_small(t.plan)]
-    if len(small) < MIN_PARTITIONS or stop.is_set():
+    if not tasks or stop.is_set():
         return [], list(tasks)
-    chosen = {t.key for t in small}
-    rest = [t for t in tasks if t.key not in chosen]
     groups: dict[tuple[object, ...], list[PartitionTask]] = {}
-    for t in small:
+    for t in tasks:
         groups.setdefault((t.local, t.sources, t.options), []).append(t)
     results: list[PartitionResult] = []
+    rest: list[PartitionTask] = []
     for group in groups.values():
         done, again = _copy_group(group, pool, progress, stop, on_plan)
+        if stop.is_set():
+            done = [interrupted(r, handed_over) if r.status is Status.ERROR else r for r in done]
         results.extend(done)
         rest.extend(again)
     return results, rest
@@ -107,8 +116,8 @@ def _copy_group(
             again.append(by_key[key])
             continue
         done.append(result)
-        if result.status is Status.ERROR and result.retriable and not stop.is_set():
-            again.append(by_key[key])  # retried like any failed first round
+        if result.status is Status.ERROR and (result.retriable or stop.is_set()):
+            again.append(by_key[key])  # retried like any failed first round, or cut short
     return done, again
 
 

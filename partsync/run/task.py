@@ -45,6 +45,7 @@ __all__ = [
     "PartitionTask",
     "RoundHooks",
     "copy_round",
+    "interrupted",
     "merge_results",
     "refresh_plan",
     "run_partition",
@@ -204,7 +205,8 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
     ``handed-over`` and keeps where this process left it, so the offsets a run reports as its
     own are the ones it wrote. A move to exactly where this process's own unanswered append
     would have ended the log (its answer was lost with a connection) is this process's."""
-    if first.unconfirmed_end is not None and retry.local_end_before == first.unconfirmed_end:
+    adopted = first.unconfirmed_end is not None and retry.local_end_before == first.unconfirmed_end
+    if adopted:
         first = first.with_copy(local_end_after=first.unconfirmed_end)
     by_source = dict(first.bytes_by_source)
     for s, n in retry.bytes_by_source.items():
@@ -231,7 +233,7 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
             f"another writer of the partition brought it from offset {first.local_end_after} "
             f"to {retry.local_end_after}",
         )
-    if batches:
+    if batches or adopted:  # appended by this process (an append whose answer was lost, too)
         return merged.with_status(Status.SYNCED, None)
     return merged
 
@@ -281,7 +283,7 @@ def run_partition(
             result, session = copy_round(task, pool, session, progress=progress, stop=stop,
                                          on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
         if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
-            result = _interrupted(result, hooks)
+            result = interrupted(result, hooks.handed_over)
         if hooks.on_round is not None:
             hooks.on_round(result)
         merged = merge_results(merged, result) if merged is not None else result
@@ -325,11 +327,11 @@ def _refresh_metadata(task: PartitionTask, pool: ClusterPool) -> None:
             pass  # the round itself reports an unreachable cluster
 
 
-def _interrupted(result: PartitionResult, hooks: RoundHooks) -> PartitionResult:
+def interrupted(result: PartitionResult, handed_over: Callable[[], bool] | None) -> PartitionResult:
     """A round cut short by a stop: what was appended is confirmed and counted; the rest is the
-    next owner's (a hand-over) or the next run's (a stop request)."""
+    next owner's (a hand-over, ``handed_over()`` true) or the next run's (a stop request)."""
     at = result.local_end_after
-    if hooks.handed_over is not None and hooks.handed_over():
+    if handed_over is not None and handed_over():
         return result.with_status(Status.HANDED_OVER,
                                   f"ownership moved to another group member at offset {at}")  # fmt: skip
     return result.with_status(Status.STOPPED, f"stopped at offset {at} before catching up",

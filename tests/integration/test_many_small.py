@@ -40,18 +40,22 @@ def _small(clusters: Clusters, topic: str, *, seed: int) -> None:
         produce(a, topic, recs, linger_ms=100)
 
 
-def _sync(psync: Run, topic: str, *args: str) -> CliResult:
-    return psync("sync", "--topic", topic, "--sources", "a", "--json", "--no-group", *args)
+def _sync(psync: Run, topic: str, *args: str, group: bool = False) -> CliResult:
+    no_group = () if group else ("--no-group",)
+    return psync("sync", "--topic", topic, "--sources", "a", "--json", *no_group, *args)
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["no-group", "group"])
 def test_many_small_partitions_are_copied_in_a_few_requests(
-    clusters: Clusters, psync: Run, topic: str
+    clusters: Clusters, psync: Run, topic: str, group: bool
 ) -> None:
+    """With or without the local group (a one-shot run joins it by default: the copy then runs
+    beside the member's heartbeats)."""
     _small(clusters, topic, seed=100)
     proxy = clusters.proxy
     before = dict(proxy.requests)
 
-    r = _sync(psync, topic, "--parallelism", "2")
+    r = _sync(psync, topic, "--parallelism", "2", group=group)
 
     assert r.code == 0, r.stdout + r.stderr
     parts = by_partition(r.json, topic)
@@ -67,6 +71,8 @@ def test_many_small_partitions_are_copied_in_a_few_requests(
     assert sent["InitProducerId"] >= N, sent
     assert sent["Produce"] <= N // 2, sent
     assert sent["ListOffsets"] <= 8, sent
+    if group:
+        assert r.json["group"], r.json
 
 
 def test_a_partition_bigger_than_one_fetch_goes_the_usual_way(

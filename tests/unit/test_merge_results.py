@@ -72,3 +72,11 @@ def test_an_unanswered_append_that_landed_is_this_processs_own() -> None:
     # The log moved further than that append would have: another writer, as before.
     other = merge_results(cut, _round(Status.IN_SYNC, 1600, 1600))
     assert other.status is Status.HANDED_OVER and other.local_end_after == 1400
+
+
+def test_a_first_append_whose_answer_was_lost_is_synced_not_in_sync() -> None:
+    """The partition's only append (0..3) landed but its answer was cut: no batch was counted,
+    yet the run moved the log from 0 to 3 itself; in sync would claim nothing moved."""
+    cut = _round(Status.ERROR, 0, 0, reason="lost", error=ClusterError("lost"), unconfirmed_end=3)
+    m = merge_results(cut, _round(Status.IN_SYNC, 3, 3))
+    assert (m.status, m.local_end_before, m.local_end_after) == (Status.SYNCED, 0, 3)
