@@ -42,11 +42,13 @@ class ProducerSession:
 
 
 def open_producer(
-    local: Cluster, topic: str, partition: int, fencing: bool = True
+    local: Cluster, topic: str, partition: int, fencing: bool = True, *, lane: int = 0
 ) -> ProducerSession:
     """A new producer identity for appending the partition: with ``fencing``, under the
-    partition's transactional id, which fences every earlier writer of it."""
-    pid, epoch = local.init_producer_id(transactional_id(topic, partition) if fencing else None)
+    partition's transactional id, which fences every earlier writer of it (asked over the
+    coordinator's connection ``lane``, ``Cluster.broker_conn``)."""
+    tid = transactional_id(topic, partition) if fencing else None
+    pid, epoch = local.init_producer_id(tid, lane=lane)
     return ProducerSession(pid, epoch, fencing=fencing)
 
 

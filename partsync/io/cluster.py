@@ -87,7 +87,7 @@ class Cluster:
         self.name = ref.name
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._conns: dict[int, Connection] = {}
+        self._conns: dict[Hashable, Connection] = {}
         # Shared writers and fetch lanes, by kind and broker (and lane number).
         self._pipelines: dict[Hashable, _Pipeline] = {}
         self._making: dict[Hashable, threading.Lock] = {}  # held while one is being made
@@ -140,10 +140,13 @@ class Cluster:
             cluster=self.name,
         )
 
-    def broker_conn(self, node_id: int) -> Connection:
-        """The shared connection to one broker, for one-off requests."""
+    def broker_conn(self, node_id: int, lane: int = 0) -> Connection:
+        """The shared connection to one broker, for one-off requests; ``lane`` n > 0 is an n-th
+        one (a broker works through one connection's requests one at a time, so many requests
+        at once, e.g. a thousand partitions' fences, go faster over several)."""
+        key = node_id if lane == 0 else (node_id, lane)
         with self._lock:
-            conn = self._conns.get(node_id)
+            conn = self._conns.get(key)
             if conn is None or conn.closed:  # a dropped connection is replaced, not reused
                 info = self.metadata().brokers.get(node_id)
                 if info is None:
@@ -151,7 +154,7 @@ class Cluster:
                         f"broker {node_id} is not in the cluster metadata", cluster=self.name
                     )
                 conn = self._connect(info.host, info.port)
-                self._conns[node_id] = conn
+                self._conns[key] = conn
             return conn
 
     def coalescer(
@@ -259,6 +262,7 @@ class Cluster:
         *,
         timeout: float = 30.0,
         current: tuple[int, int] | None = None,
+        lane: int = 0,
     ) -> tuple[int, int]:
         """A producer id and epoch; with a transactional id, from that id's transaction
         coordinator (which bumps the epoch and so fences the id's previous holder).
@@ -275,7 +279,7 @@ class Cluster:
             if not code and coord is not None:
                 # The coordinator found may have moved by the time it is asked: ask again.
                 try:
-                    code, pid, epoch = self.broker_conn(coord.node_id).try_init_producer_id(
+                    code, pid, epoch = self.broker_conn(coord.node_id, lane).try_init_producer_id(
                         transactional_id, current=current
                     )
                 except PartsyncError:

@@ -43,7 +43,7 @@ def _cluster(nodes: dict[int, Node], found: BrokerInfo) -> tuple[Cluster, list[s
         return 0, found
 
     c.find_coordinator = find  # type: ignore[method-assign]
-    c.broker_conn = lambda node_id: nodes[node_id]  # type: ignore[method-assign,assignment,return-value]
+    c.broker_conn = lambda node_id, lane=0: nodes[node_id]  # type: ignore[method-assign,assignment,return-value]
     return c, lookups
 
 
