@@ -72,7 +72,7 @@ def fits_small(plan: PartitionPlan) -> bool:
     return (
         plan.condition is Condition.BEHIND
         and not plan.bootstrap
-        and len(plan.chunks) == 1
+        and len(plan.serving) == 1
         and plan.local.end == plan.local.log_start
         and plan.chunks[0].start == plan.local.end
         and 0 < plan.missing <= SMALL_OFFSETS
@@ -124,7 +124,7 @@ def _wave(
     out: dict[TopicPartition, PartitionResult | None] = {}
     for c in copies:
         plan = c.plan
-        source = plan.chunks[0].source
+        source = plan.serving[0]
         ctx = CopyContext(plan, sources, local, opts, c.rules, progress, stop)
         size = min(SMALL_FETCH_BYTES, opts.fetch_bytes)
         read = RangeRead(source, plan.topic, plan.partition, plan.copy_start, plan.target_end,

@@ -1,0 +1,61 @@
+"""Which partitions' first rounds are taken together (``copy.bulk.fits_small``,
+``run.small.choose_small``): only copies that need no check against the local log, that one
+fetch can finish, planned moments ago, and enough of them to pay. The copy itself is tested
+against real brokers (tests/integration/test_many_small.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from partsync.config import ClusterRef
+from partsync.copy.bulk import SMALL_OFFSETS, fits_small
+from partsync.copy.options import CopyOptions
+from partsync.plan.comparator import Bounds, PlanPolicy, plan_partition
+from partsync.plan.topic_rules import LocalTopicRules
+from partsync.run.small import MIN_PARTITIONS, choose_small
+from partsync.run.task import PartitionTask
+
+EMPTY = Bounds(0, 0)
+
+
+def _plan(local: Bounds, **sources: Bounds):  # type: ignore[no-untyped-def]
+    return plan_partition("t", 0, local, sources, PlanPolicy(chunk_offsets=1000))
+
+
+def test_a_few_offsets_into_an_empty_local_partition_fit() -> None:
+    assert fits_small(_plan(EMPTY, a=Bounds(0, 3)))
+    assert fits_small(_plan(Bounds(40, 40), a=Bounds(0, 45)))  # local log start moved up
+    assert fits_small(_plan(EMPTY, a=Bounds(0, 3), b=Bounds(0, 2)))  # one source serves
+    assert fits_small(_plan(EMPTY, a=Bounds(0, 1500)))  # in two chunks, from one source
+
+
+def test_copies_that_need_more_than_one_fetch_or_a_check_do_not_fit() -> None:
+    assert not fits_small(_plan(Bounds(0, 2), a=Bounds(0, 3)))  # a local batch to compare with
+    assert not fits_small(_plan(EMPTY, a=Bounds(5, 8)))  # a bootstrap (fillers first)
+    # Two sources serve: they must be compared at the chunks' boundary first.
+    two = plan_partition("t", 0, EMPTY, {"a": Bounds(0, 1500), "b": Bounds(0, 1500)},
+                         PlanPolicy(chunk_offsets=1000))  # fmt: skip
+    assert len(two.serving) == 2 and not fits_small(two)
+    big = plan_partition("t", 0, EMPTY, {"a": Bounds(0, SMALL_OFFSETS + 1)},
+                         PlanPolicy(chunk_offsets=10**6))  # fmt: skip
+    assert not fits_small(big)
+    assert not fits_small(_plan(Bounds(0, 3), a=Bounds(0, 3)))  # in sync
+
+
+def _task(p: int, *, fresh: bool = True, end: int = 1) -> PartitionTask:
+    plan = plan_partition("t", p, EMPTY, {"a": Bounds(0, end)})
+    ref = ClusterRef("x", (("127.0.0.1", 1),))
+    return PartitionTask(plan, (ref,), ref, CopyOptions(), LocalTopicRules(),
+                         planned_at=time.monotonic() if fresh else None,
+                         planned_in=os.getpid())  # fmt: skip
+
+
+def test_taken_together_only_when_enough_fit_and_were_planned_moments_ago() -> None:
+    enough = [_task(p) for p in range(MIN_PARTITIONS)]
+    assert choose_small(enough) == enough
+    assert choose_small(enough[:-1]) == []
+    stale = [_task(p, fresh=p != 0) for p in range(MIN_PARTITIONS + 1)]
+    assert [t.key for t in choose_small(stale)] == [("t", p) for p in range(1, MIN_PARTITIONS + 1)]
+    mixed = [*enough, _task(99, end=SMALL_OFFSETS + 10)]
+    assert len(choose_small(mixed)) == MIN_PARTITIONS
