@@ -29,10 +29,11 @@ from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_result
 from partsync.copy.producer import ProducerSession
 from partsync.errors import PartsyncError, StoppedError, UnsafeError
+from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer
 from partsync.io.reader import RangeRead
-from partsync.plan.comparator import Condition, PartitionPlan
+from partsync.plan.comparator import Bounds, Condition, PartitionPlan
 from partsync.plan.results import PartitionResult
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.wire.batch import Batch, check_appendable
@@ -53,8 +54,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class SmallCopy:
-    """One partition to copy: its plan (read after its fence), the local topic's rules and the
-    session that fenced it."""
+    """One partition to copy: its plan, the local topic's rules and the session that fenced
+    it (the local bounds are read again after that, before appending)."""
 
     plan: PartitionPlan
     rules: LocalTopicRules
@@ -141,8 +142,19 @@ def _wave(
             _hand_back(job, out, f"fetch not sent: {e}")
             continue
         jobs.append(job)
+    # The local ends are read after the fences (``run.small``) and as late as possible: right
+    # before the appends, while the fetches are on their way (a fenced writer's append still in
+    # flight can land until the new owner's first append; see docs/how-it-works.md).
+    try:
+        unmoved = _unmoved(local, [j.ctx.plan for j in jobs])
+    except PartsyncError as e:
+        unmoved = set()
+        log.debug("reading the local ends before appending: %s", e)
     sending: list[_Job] = []
     for job in jobs:
+        if job.copy.key not in unmoved:
+            _hand_back(job, out, "the local log moved since the plan, or its end is not replicated")
+            continue
         batches = _fetched(job, out)
         if batches is None:
             continue
@@ -157,6 +169,22 @@ def _wave(
         _settle(job)
         out[job.copy.key] = copy_result(job.ctx, job.started)
     return out
+
+
+def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
+    """The partitions whose local bounds are still the plan's and whose high watermark is their
+    log end (where the next append lands; ``Cluster.bounds_for_append``, without its wait)."""
+    by_topic: dict[str, list[int]] = {}
+    for plan in plans:
+        by_topic.setdefault(plan.topic, []).append(plan.partition)
+    now: dict[TopicPartition, tuple[Bounds, int]] = {}
+    for topic, parts in by_topic.items():
+        bounds = local.bounds(topic, parts)
+        ends = read_log_ends(local, topic, parts)
+        now.update(((topic, p), (bounds[p], ends[p])) for p in parts)
+    return {(p.topic, p.partition) for p in plans
+            if now[(p.topic, p.partition)][0] == p.local
+            and now[(p.topic, p.partition)][1] <= p.local.end}  # fmt: skip
 
 
 def _hand_back(job: _Job, out: dict[TopicPartition, PartitionResult | None], why: str) -> None:

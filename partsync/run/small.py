@@ -5,11 +5,11 @@ the same order and with the same guarantee, but every step is taken for all of t
 
 1. fence: each partition's InitProducerId under its own transactional id (many in flight on
    the coordinators' connections, not one partition after another);
-2. read the local bounds after the fence, for all of them in one request per leader, and keep
-   a partition only where they are still what the driver planned with and its high watermark
-   is its log end (where the next append lands);
-3. copy: one fetch per partition, many partitions per Fetch and per Produce request, every
-   append verified (``copy.bulk``).
+2. copy (``copy.bulk``), a few hundred partitions at a time: one fetch per partition, many
+   partitions per Fetch request; meanwhile the local bounds, read after the fence in one
+   request per leader, must still be what the driver planned with, and the high watermark the
+   log end (where the next append lands); then the appends, many partitions per Produce
+   request, each verified.
 
 Anything else (a refused fence, a local log that moved, a fetch that did not bring the whole
 range, a retriable error) sends the partition to the usual per-partition rounds, which also
@@ -28,7 +28,6 @@ from partsync.copy.bulk import SmallCopy, copy_small, fits_small
 from partsync.copy.context import ProgressFn
 from partsync.copy.producer import ProducerSession, open_producer
 from partsync.errors import PartsyncError
-from partsync.io.bounds import read_log_ends
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status
@@ -99,19 +98,11 @@ def _copy_group(
     sessions = _fence(tasks, pool)
     fenced = [t for t in tasks if t.key in sessions]
     again = [t for t in tasks if t.key not in sessions]
-    try:
-        unmoved = _unmoved(fenced, pool)
-    except PartsyncError as e:
-        log.debug("reading the local bounds after fencing: %s", e)
-        return [], tasks
     copies = []
     for t in fenced:
-        if t.key in unmoved:
-            if on_plan is not None:
-                on_plan(t.plan)
-            copies.append(SmallCopy(t.plan, t.rules, sessions[t.key]))
-        else:
-            again.append(t)
+        if on_plan is not None:
+            on_plan(t.plan)
+        copies.append(SmallCopy(t.plan, t.rules, sessions[t.key]))
     by_key = {t.key: t for t in fenced}
     done: list[PartitionResult] = []
     for key, result in copy_small(copies, sources, local, first.options, progress, stop).items():
@@ -140,24 +131,3 @@ def _fence(tasks: list[PartitionTask], pool: ClusterPool) -> dict[TopicPartition
     with ThreadPoolExecutor(FENCES_IN_FLIGHT, thread_name_prefix="fence") as ex:
         sessions = list(ex.map(fence, tasks, range(len(tasks))))
     return {t.key: s for t, s in zip(tasks, sessions, strict=True) if s is not None}
-
-
-def _unmoved(tasks: list[PartitionTask], pool: ClusterPool) -> set[TopicPartition]:
-    """The partitions whose local bounds, read after the fence, are still the driver's and whose
-    high watermark has reached the log end: their plan holds for the copy."""
-    if not tasks:
-        return set()
-    local = pool.get(tasks[0].local)
-    by_topic: dict[str, list[PartitionTask]] = {}
-    for t in tasks:
-        by_topic.setdefault(t.plan.topic, []).append(t)
-    out: set[TopicPartition] = set()
-    for topic, ts in by_topic.items():
-        parts = [t.plan.partition for t in ts]
-        bounds = local.bounds(topic, parts)
-        ends = read_log_ends(local, topic, parts)
-        for t in ts:
-            p = t.plan.partition
-            if bounds[p] == t.plan.local and ends[p] <= bounds[p].end:
-                out.add(t.key)
-    return out
