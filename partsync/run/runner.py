@@ -2,9 +2,11 @@
 
 One-shot and follow runs, with or without a group, go through it. It keeps one worker thread
 per local partition this process owns, each running ``task.run_partition`` (rounds of re-plan,
-fence, verified copy, with the one retry policy). Ownership comes from the local group (``group``
-set: partsync processes of one job split the partitions through the LOCAL cluster's group
-coordinator) or, without one, is every task given.
+fence, verified copy, with the one retry policy); a one-shot run first takes many small
+partitions' first rounds together (``run.small``) and gives a worker each only to those it
+leaves. Ownership comes from the local group (``group`` set: partsync processes of one job
+split the partitions through the LOCAL cluster's group coordinator) or, without one, is every
+task given.
 
 Losing ownership (rebalance, lease expiry, fencing, a stop request) stops the worker's copy at
 once: batches not yet sent are dropped, the ones in flight are confirmed. In follow mode a
@@ -81,9 +83,12 @@ class RunObserver(Protocol):
 
 
 class _Worker:
-    def __init__(self, runner: PartitionRunner, task: PartitionTask) -> None:
+    def __init__(
+        self, runner: PartitionRunner, task: PartitionTask, after: PartitionResult | None = None
+    ) -> None:
         self.runner = runner
         self.task = task
+        self.after = after  # a first round that failed in ``run.small``
         self.tp: TopicPartition = task.key
         self.stop = threading.Event()
         self.doorbell = threading.Event()
@@ -101,7 +106,8 @@ class _Worker:
             handed_over=lambda: not r.stop.is_set(),
         )
         try:
-            run_partition(self.task, r.pool, progress=r.progress, stop=self.stop, hooks=hooks)
+            run_partition(self.task, r.pool, progress=r.progress, stop=self.stop, hooks=hooks,
+                          after=self.after)  # fmt: skip
         except Exception as e:  # pragma: no cover - a bug; report it on the partition
             log.exception("worker %s-%d crashed", *self.tp)
             p = self.task.plan
@@ -135,6 +141,7 @@ class _SmallRound:
     stop: threading.Event = field(default_factory=threading.Event)
     revoked: set[TopicPartition] = field(default_factory=set)
     thread: threading.Thread | None = None
+    done: bool = False  # ended, and started a worker for each partition it left
 
 
 class PartitionRunner:
@@ -193,11 +200,27 @@ class PartitionRunner:
         if self.observer:
             self.observer.set_owned(parts)
 
-    def _start_workers(self, parts: list[TopicPartition]) -> None:
+    def _start_workers(
+        self,
+        parts: list[TopicPartition],
+        *,
+        finishing: _SmallRound | None = None,
+        after: dict[TopicPartition, PartitionResult] | None = None,
+    ) -> None:
+        """A worker for each partition that has none running. The partitions of the small
+        first rounds still under way get theirs from that round when it ends (``finishing``:
+        this is that end), so no partition is ever written by both."""
         with self._lock:
+            if finishing is not None:
+                finishing.done = True
+                parts = [tp for tp in parts if tp not in finishing.revoked]
             if self._closing:
                 return
+            job = self._small
             for tp in parts:
+                if job is not None and not job.done and tp in job.parts:
+                    job.revoked.discard(tp)  # owned again: the round's end starts it if needed
+                    continue
                 task = self.tasks.get(tp)
                 if task is None:
                     # A topic this process refused, or a partition it has not seen yet (the
@@ -207,7 +230,7 @@ class PartitionRunner:
                 w = self.workers.get(tp)
                 if w is not None and not w.finished.is_set():
                     continue
-                w = self.workers[tp] = _Worker(self, task)
+                w = self.workers[tp] = _Worker(self, task, (after or {}).get(tp))
                 self._running += 1
                 w.thread.start()
 
@@ -235,6 +258,8 @@ class PartitionRunner:
     def _run_small(
         self, job: _SmallRound, small: list[PartitionTask], stop: threading.Event
     ) -> None:
+        results: list[PartitionResult] = []
+        rest = small
         try:
             observe = self.observer.observe_plan if self.observer else None
             results, rest = first_round_small(small, self.pool, progress=self.progress, stop=stop,
@@ -242,10 +267,14 @@ class PartitionRunner:
                                               on_plan=observe)  # fmt: skip
             for r in results:
                 self.record(r)
-            if not self.stop.is_set():
-                # Cut short by a revoke: the partitions still owned go on the usual way.
-                self._start_workers([t.key for t in rest if t.key not in job.revoked])
+        except Exception:  # a bug: the partitions go on the usual way, which re-plans them
+            log.exception("taking small partitions' first rounds together failed")
         finally:
+            # A failed first round goes on from its result, after the usual wait; the ones cut
+            # short by a revoke go on only where still owned.
+            failed = {(r.topic, r.partition): r for r in results if r.status is Status.ERROR}
+            left = [t.key for t in rest] if not self.stop.is_set() else []
+            self._start_workers(left, finishing=job, after=failed)
             with self._lock:
                 self._running -= 1
             self.wake.set()
@@ -257,18 +286,20 @@ class PartitionRunner:
                 if w is not None:
                     w.stop.set()
             job = self._small
-            if job is not None and (gone := job.parts.intersection(parts)):
+            if job is not None and not job.done and (gone := job.parts.intersection(parts)):
                 job.revoked.update(gone)
                 job.stop.set()
             stopped = [w for w in self.workers.values() if w.stop.is_set()]
-            still = sorted(tp for tp, w in self.workers.items() if not w.stop.is_set())
+            still = {tp for tp, w in self.workers.items() if not w.stop.is_set()}
+            if job is not None and not job.done:
+                still |= job.parts - job.revoked
         if wait:
             if job is not None and job.stop.is_set() and job.thread is not None:
                 job.thread.join()
             for w in stopped:
                 w.thread.join()
         if self.observer:
-            self.observer.set_owned(still)
+            self.observer.set_owned(sorted(still))
 
     # -- topic changes (follow mode) ------------------------------------------------------
 

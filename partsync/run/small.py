@@ -95,7 +95,7 @@ def _copy_group(
     first = tasks[0]
     local = pool.get(first.local)
     sources = {ref.name: pool.get(ref) for ref in first.sources}
-    sessions = _fence(tasks, pool)
+    sessions = _fence(tasks, pool, stop)
     fenced = [t for t in tasks if t.key in sessions]
     again = [t for t in tasks if t.key not in sessions]
     copies = []
@@ -115,12 +115,16 @@ def _copy_group(
     return done, again
 
 
-def _fence(tasks: list[PartitionTask], pool: ClusterPool) -> dict[TopicPartition, ProducerSession]:
+def _fence(
+    tasks: list[PartitionTask], pool: ClusterPool, stop: threading.Event
+) -> dict[TopicPartition, ProducerSession]:
     """Each partition's producer session, opened under its own transactional id (which fences
     any earlier writer of it); a partition whose fence failed is left out."""
     local = pool.get(tasks[0].local)
 
     def fence(t: PartitionTask, n: int) -> ProducerSession | None:
+        if stop.is_set():  # revoked or stopping: fence nothing more (it may be another's now)
+            return None
         try:
             return open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing,
                                  lane=n % FENCE_CONNECTIONS)  # fmt: skip

@@ -261,11 +261,14 @@ def run_partition(
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
     hooks: RoundHooks | None = None,
+    after: PartitionResult | None = None,
 ) -> PartitionResult:
     """Rounds until caught up (or, following, until stopped); the merged result of them all.
 
     A retriable failure is retried with backoff (a new session, bounds read again); anything
-    else ends the partition: unsafe needs a person, handed over means another writer has it."""
+    else ends the partition: unsafe needs a person, handed over means another writer has it.
+    ``after``: a first round that failed elsewhere (``run.small``, already reported): the
+    rounds go on from it as from their own failed round, after the same wait."""
     hooks = hooks or RoundHooks()
     stop = stop or threading.Event()
     follow = hooks.wait_for_data is not None
@@ -275,7 +278,10 @@ def run_partition(
     failures = 0
     last_start: int | None = None  # where the previous round found the local log ending
     while True:
-        if hooks.slots is not None:
+        reported = after is not None
+        if after is not None:
+            result, after = after, None
+        elif hooks.slots is not None:
             with hooks.slots:
                 result, session = copy_round(task, pool, session, progress=progress, stop=stop,
                                              on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
@@ -284,7 +290,7 @@ def run_partition(
                                          on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
         if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
             result = interrupted(result, hooks.handed_over)
-        if hooks.on_round is not None:
+        if hooks.on_round is not None and not reported:
             hooks.on_round(result)
         merged = merge_results(merged, result) if merged is not None else result
         if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():

@@ -20,22 +20,22 @@ EMPTY = Bounds(0, 0)
 
 
 def _plan(local: Bounds, **sources: Bounds):  # type: ignore[no-untyped-def]
-    return plan_partition("t", 0, local, sources, PlanPolicy(chunk_offsets=1000))
+    return plan_partition("t", 0, local, sources, PlanPolicy(chunk_offsets=100))
 
 
 def test_a_few_offsets_into_an_empty_local_partition_fit() -> None:
     assert fits_small(_plan(EMPTY, a=Bounds(0, 3)))
     assert fits_small(_plan(Bounds(40, 40), a=Bounds(0, 45)))  # local log start moved up
     assert fits_small(_plan(EMPTY, a=Bounds(0, 3), b=Bounds(0, 2)))  # one source serves
-    assert fits_small(_plan(EMPTY, a=Bounds(0, 1500)))  # in two chunks, from one source
+    assert fits_small(_plan(EMPTY, a=Bounds(0, 150)))  # in two chunks, from one source
 
 
 def test_copies_that_need_more_than_one_fetch_or_a_check_do_not_fit() -> None:
     assert not fits_small(_plan(Bounds(0, 2), a=Bounds(0, 3)))  # a local batch to compare with
     assert not fits_small(_plan(EMPTY, a=Bounds(5, 8)))  # a bootstrap (fillers first)
     # Two sources serve: they must be compared at the chunks' boundary first.
-    two = plan_partition("t", 0, EMPTY, {"a": Bounds(0, 1500), "b": Bounds(0, 1500)},
-                         PlanPolicy(chunk_offsets=1000))  # fmt: skip
+    two = plan_partition("t", 0, EMPTY, {"a": Bounds(0, 150), "b": Bounds(0, 150)},
+                         PlanPolicy(chunk_offsets=100))  # fmt: skip
     assert len(two.serving) == 2 and not fits_small(two)
     big = plan_partition("t", 0, EMPTY, {"a": Bounds(0, SMALL_OFFSETS + 1)},
                          PlanPolicy(chunk_offsets=10**6))  # fmt: skip
