@@ -6,10 +6,10 @@ the same order and with the same guarantee, but every step is taken for all of t
 1. fence: each partition's InitProducerId under its own transactional id (many in flight on
    the coordinators' connections, not one partition after another);
 2. copy (``copy.bulk``), a few hundred partitions at a time: one fetch per partition, many
-   partitions per Fetch request; meanwhile the local bounds, read after the fence in one
-   request per leader, must still be what the driver planned with, and the high watermark the
-   log end (where the next append lands); then the appends, many partitions per Produce
-   request, each verified.
+   partitions per Fetch request; once every answer is in, the local bounds, read after the
+   fence in one request per leader, must still be what the driver planned with, and the high
+   watermark the log end (where the next append lands); right after that the appends, many
+   partitions per Produce request, each verified.
 
 Anything else (a refused fence, a local log that moved, a fetch that did not bring the whole
 range, a retriable error) sends the partition to the usual per-partition rounds, which also
