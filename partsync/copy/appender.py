@@ -52,7 +52,7 @@ from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
 
-__all__ = ["append_in_order"]
+__all__ = ["Sender", "append_in_order", "check_next", "finish"]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def append_in_order(
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
-    sender = _Sender(ctx, writer, session)
+    sender = Sender(ctx, writer, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
     # The boundary batch of an empty piece (a batch from before it covered it all): the next
@@ -113,19 +113,7 @@ def append_in_order(
                         # then move the local log start past the fillers, before the first
                         # copied batch.
                         expected = _fill(ctx, sender, expected, b.base_offset)
-                    if b.base_offset != expected:
-                        raise UnsafeError(
-                            f"offset gap: the next batch from {source} starts at "
-                            f"{b.base_offset} but the local log end is {expected} (records "
-                            "removed by compaction or deletion cannot be recreated by producing)",
-                            cluster=source, offset=expected,
-                        )  # fmt: skip
-                    try:
-                        check_appendable(b)
-                        ctx.rules.check(b)
-                    except UnsafeError as e:
-                        e.cluster = e.cluster or source
-                        raise
+                    check_next(ctx, b, expected, source)
                     sender.send(b, source)
                     start = ctx.plan.copy_start
                     if ctx.plan.bootstrap and b.base_offset < start <= b.last_offset:
@@ -142,16 +130,39 @@ def append_in_order(
     except PartsyncError as e:
         ctx.fail(e)
     finally:
-        # Wait for the outstanding answer. A request sent before a failure may well have been
-        # appended: it is verified and counted like any other, so the result shows where the
-        # local log really ends.
-        answered = sender.settle()
-        ctx.budget.close()
+        finish(ctx, sender, session)
         if ctx.failed.is_set():
             ctx.close_all()  # wakes fetchers blocked on a connection
-        # Only a clean copy leaves the broker's sequence where we think it is.
+
+
+def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
+    """Refuse (unsafe) a batch that does not start at ``expected`` (the local log end it is
+    appended at) or that the local topic could not take as it is."""
+    if b.base_offset != expected:
+        raise UnsafeError(
+            f"offset gap: the next batch from {source} starts at {b.base_offset} but the local "
+            f"log end is {expected} (records removed by compaction or deletion cannot be "
+            "recreated by producing)",
+            cluster=source, offset=expected,
+        )  # fmt: skip
+    try:
+        check_appendable(b)
+        ctx.rules.check(b)
+    except UnsafeError as e:
+        e.cluster = e.cluster or source
+        raise
+
+
+def finish(ctx: CopyContext, sender: Sender | None, session: ProducerSession) -> None:
+    """The end of a partition's appends, however they ended: wait for the outstanding answer
+    (a request sent before a failure may well have been appended: it is verified and counted
+    like any other, so the result shows where the local log really ends) and free its memory.
+    Only a clean copy leaves the broker's sequence where the session thinks it is."""
+    answered = sender.settle() if sender is not None else False
+    ctx.budget.close()
+    if sender is not None:
         session.sequence = sender.sequence
-        session.usable = ctx.error is None and answered
+    session.usable = ctx.error is None and answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +177,7 @@ class _Next:
     filler: bool
 
 
-class _Sender:
+class Sender:
     """Sends a partition's appends, one in flight. Each batch is rewritten with the session's
     producer identity and next sequence. While an append is in flight the next batches wait
     here, staged in order; the answer's check (run by the writer as the answer arrives,
@@ -319,7 +330,7 @@ class _Sender:
             self._wait(lambda: not self._in_flight)
 
 
-def _fill(ctx: CopyContext, sender: _Sender, start: int, to: int) -> int:
+def _fill(ctx: CopyContext, sender: Sender, start: int, to: int) -> int:
     """Append filler batches over ``[start, to)`` (one in flight, each verified like a copied
     batch), wait until the last is confirmed, then DeleteRecords up to ``to``. Returns the new
     expected offset."""

@@ -20,23 +20,22 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from partsync.copy.appender import _Sender
+from partsync.copy.appender import Sender, check_next, finish
 from partsync.copy.context import CopyContext, ProgressFn, Stop
 from partsync.copy.fetcher import throttle
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_result
 from partsync.copy.producer import ProducerSession
 from partsync.errors import PartsyncError, UnsafeError
-from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer
 from partsync.io.reader import RangeRead
 from partsync.plan.comparator import Bounds, Condition, PartitionPlan
 from partsync.plan.results import PartitionResult
 from partsync.plan.topic_rules import LocalTopicRules
-from partsync.wire.batch import Batch, check_appendable
+from partsync.wire.batch import Batch
 
 __all__ = ["SMALL_FETCH_BYTES", "SMALL_OFFSETS", "SmallCopy", "copy_small", "fits_small"]
 
@@ -56,12 +55,14 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class SmallCopy:
-    """One partition to copy: its plan, the local topic's rules and the session that fenced
-    it (the local bounds are read again after that, before appending)."""
+    """One partition to copy: its plan, the local topic's rules, the session that fenced it
+    (the local bounds are read again after that, before appending) and its own stop (set when
+    the partition is revoked or the run stops; the other partitions go on)."""
 
     plan: PartitionPlan
     rules: LocalTopicRules
     session: ProducerSession
+    stop: threading.Event = field(default_factory=threading.Event)
 
     @property
     def key(self) -> TopicPartition:
@@ -90,7 +91,7 @@ class _Job:
     read: RangeRead
     size: int
     fetch: FetchAnswer | None = None
-    sender: _Sender | None = None
+    sender: Sender | None = None
     started: float = 0.0
 
 
@@ -100,20 +101,20 @@ def copy_small(
     local: Cluster,
     opts: CopyOptions,
     progress: ProgressFn | None = None,
-    stop: threading.Event | None = None,
 ) -> dict[TopicPartition, PartitionResult | None]:
     """Copy each partition (all must ``fits_small``); its result, or None where it was handed
-    back untouched. Never raises ``PartsyncError``: an error that stops a partition's appends is
-    its result, as in ``copy_partition``."""
-    stop = stop or threading.Event()
+    back untouched (also where its ``stop`` was set before it was sent). Never raises: an error
+    that stops a partition's appends is its result, as in ``copy_partition``."""
     out: dict[TopicPartition, PartitionResult | None] = {}
     # A wave's fetches are held until its appends: at most a quarter of the memory budget.
     wave = max(1, min(WAVE, opts.memory_budget // (4 * SMALL_FETCH_BYTES)))
     for i in range(0, len(copies), wave):
-        if stop.is_set():
-            out.update((c.key, None) for c in copies[i:])
+        try:
+            _wave(copies[i : i + wave], sources, local, opts, progress, out)
+        except Exception:  # a bug: every partition without a result goes the usual way
+            log.exception("copying small partitions together failed")
+            out.update((c.key, None) for c in copies[i:] if c.key not in out)
             break
-        out.update(_wave(copies[i : i + wave], sources, local, opts, progress, stop))
     return out
 
 
@@ -123,18 +124,46 @@ def _wave(
     local: Cluster,
     opts: CopyOptions,
     progress: ProgressFn | None,
-    stop: threading.Event,
-) -> dict[TopicPartition, PartitionResult | None]:
+    out: dict[TopicPartition, PartitionResult | None],
+) -> None:
+    """One wave's results into ``out``; every partition of it gets one, whatever is raised
+    (appends sent are waited for and reported, everything else is handed back)."""
     jobs: list[_Job] = []
-    out: dict[TopicPartition, PartitionResult | None] = {}
+    try:
+        _fetch_and_append(copies, sources, local, opts, progress, jobs, out)
+    finally:
+        for job in jobs:
+            if job.copy.key in out:
+                continue
+            if job.sender is not None:
+                _settle(job)
+                out[job.copy.key] = copy_result(job.ctx, job.started)
+            else:
+                _hand_back(job, out, "not sent")
+        out.update((c.key, None) for c in copies if c.key not in out)
+
+
+def _fetch_and_append(
+    copies: Sequence[SmallCopy],
+    sources: Mapping[str, Cluster],
+    local: Cluster,
+    opts: CopyOptions,
+    progress: ProgressFn | None,
+    jobs: list[_Job],
+    out: dict[TopicPartition, PartitionResult | None],
+) -> None:
     for c in copies:
         plan = c.plan
+        if c.stop.is_set():
+            out[c.key] = None
+            continue
         source = plan.serving[0]
-        ctx = CopyContext(plan, sources, local, opts, c.rules, progress, stop)
+        ctx = CopyContext(plan, sources, local, opts, c.rules, progress, c.stop)
         size = min(SMALL_FETCH_BYTES, opts.fetch_bytes)
         read = RangeRead(source, plan.topic, plan.partition, plan.copy_start, plan.target_end,
                          opts.fetch_bytes)  # fmt: skip
         job = _Job(c, ctx, source, read, size, started=time.monotonic())
+        jobs.append(job)
         try:
             # Never waits: this thread holds the wave's earlier reservations until it appends,
             # so a small --memory-budget leaves the rest of the wave to the usual rounds.
@@ -147,13 +176,12 @@ def _wave(
                                     max_wait_ms=opts.fetch_wait_ms)  # fmt: skip
         except PartsyncError as e:
             _hand_back(job, out, f"fetch not sent: {e}")
-            continue
-        jobs.append(job)
     # Every answer (and the rate limits' waits) first: then the local ends are read, after the
     # fences (``run.small``) and as late as possible, right before the appends (a fenced
     # writer's append still in flight can land until the new owner's first append; see
     # docs/how-it-works.md).
-    fetched = [(job, batches) for job in jobs if (batches := _fetched(job, out)) is not None]
+    fetched = [(job, batches) for job in jobs
+               if job.copy.key not in out and (batches := _fetched(job, out)) is not None]  # fmt: skip
     try:
         unmoved = _unmoved(local, [job.ctx.plan for job, _b in fetched])
     except PartsyncError as e:
@@ -174,7 +202,6 @@ def _wave(
     for job in sending:
         _settle(job)
         out[job.copy.key] = copy_result(job.ctx, job.started)
-    return out
 
 
 def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
@@ -185,12 +212,9 @@ def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
         by_topic.setdefault(plan.topic, []).append(plan.partition)
     now: dict[TopicPartition, tuple[Bounds, int]] = {}
     for topic, parts in by_topic.items():
-        bounds = local.bounds(topic, parts)
-        ends = read_log_ends(local, topic, parts)
-        now.update(((topic, p), (bounds[p], ends[p])) for p in parts)
+        now.update(((topic, p), v) for p, v in local.bounds_and_log_ends(topic, parts).items())
     return {(p.topic, p.partition) for p in plans
-            if now[(p.topic, p.partition)][0] == p.local
-            and now[(p.topic, p.partition)][1] <= p.local.end}  # fmt: skip
+            if now[(p.topic, p.partition)] == (p.local, p.local.end)}  # fmt: skip
 
 
 def _hand_back(job: _Job, out: dict[TopicPartition, PartitionResult | None], why: str) -> None:
@@ -225,10 +249,7 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
     expected = plan.copy_start
     for b in fetched.batches:
         try:
-            if b.base_offset != expected:
-                raise UnsafeError(f"batch at {b.base_offset}, expected {expected}")
-            check_appendable(b)
-            ctx.rules.check(b)
+            check_next(ctx, b, expected, job.source)
         except UnsafeError as e:
             _hand_back(job, out, str(e))
             return None
@@ -245,16 +266,11 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
 def _send(job: _Job, local: Cluster, batches: list[Batch]) -> None:
     ctx = job.ctx
     writer = local.shared_writer(ctx.topic, ctx.partition, timeout_ms=ctx.opts.produce_timeout_ms)
-    job.sender = _Sender(ctx, writer, job.copy.session)
+    job.sender = Sender(ctx, writer, job.copy.session)
     for b in batches:
         job.sender.send(b, job.source)
 
 
 def _settle(job: _Job) -> None:
-    """Wait for the partition's last answer; like the end of ``append_in_order``."""
-    ctx, sender, session = job.ctx, job.sender, job.copy.session
-    answered = sender.settle() if sender is not None else False
-    ctx.budget.close()
-    if sender is not None:
-        session.sequence = sender.sequence
-    session.usable = ctx.error is None and answered
+    """Wait for the partition's last answer, as at the end of ``append_in_order``."""
+    finish(job.ctx, job.sender, job.copy.session)

@@ -482,6 +482,15 @@ class Cluster:
         """Log start and high watermark of each partition (``io.bounds.read_bounds``)."""
         return read_bounds(self, topic, partitions)
 
+    def bounds_and_log_ends(
+        self, topic: str, partitions: list[int]
+    ) -> dict[int, tuple[Bounds, int]]:
+        """Each partition's bounds (log start, high watermark) and its log end offset, at
+        least the high watermark: two requests per leader, for all the partitions at once."""
+        bounds = self.bounds(topic, partitions)
+        ends = read_log_ends(self, topic, partitions)
+        return {p: (bounds[p], max(bounds[p].end, ends[p])) for p in partitions}
+
     def bounds_for_append(self, topic: str, partition: int, *, wait: float) -> Bounds:
         """The partition's log start and log END, where the next append lands, once its high
         watermark has reached the log end.
@@ -492,8 +501,7 @@ class Cluster:
         give up with a retriable ``UnreplicatedError``."""
         backoff = Backoff(0.2, 2.0, deadline=wait)
         while True:
-            b = self.bounds(topic, [partition])[partition]
-            leo = max(b.end, read_log_ends(self, topic, [partition])[partition])
+            b, leo = self.bounds_and_log_ends(topic, [partition])[partition]
             if leo == b.end:
                 return b
             if not backoff.wait():

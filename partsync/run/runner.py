@@ -138,9 +138,11 @@ class _SmallRound:
     """The first rounds of many small partitions, taken together (``run.small``)."""
 
     parts: set[TopicPartition]
-    stop: threading.Event = field(default_factory=threading.Event)
+    # Each partition's own stop: a revoke ends the round of the partitions it takes, not the
+    # others' (their retries would lose the wait after a failure).
+    stops: dict[TopicPartition, threading.Event]
     revoked: set[TopicPartition] = field(default_factory=set)
-    thread: threading.Thread | None = None
+    thread: threading.Thread | None = None  # set only once started (a revoke joins it)
     done: bool = False  # ended, and started a worker for each partition it left
 
 
@@ -180,6 +182,8 @@ class PartitionRunner:
         # The first rounds taken together (one per run), and whether workers may still start.
         self._small: _SmallRound | None = None
         self._closing = False
+        # The partitions this process owns now (the group's assignments, less its revokes).
+        self._owned: set[TopicPartition] = set()
         self.tails: dict[str, Tail] = {}
         if opts.follow:
             on_hw = observer.source_high_watermark if observer else None
@@ -195,10 +199,13 @@ class PartitionRunner:
         else:  # not in the group member's thread, which must heartbeat
             threading.Thread(target=self._prefetch_fencing, args=(parts,), daemon=True,
                              name="prefetch-coordinators").start()  # fmt: skip
+        with self._lock:
+            self._owned.update(parts)
+            owned = sorted(self._owned)
         rest = parts if self.opts.follow else self._first_round_small(parts)
         self._start_workers(rest)
         if self.observer:
-            self.observer.set_owned(parts)
+            self.observer.set_owned(owned)
 
     def _start_workers(
         self,
@@ -240,29 +247,34 @@ class PartitionRunner:
         heartbeat; a revoke stops it as it stops a worker). The partitions left for a worker
         each now."""
         with self._lock:
+            if self._closing or self._small is not None:
+                return parts
             tasks = [self.tasks[tp] for tp in parts if tp in self.tasks and tp not in self.workers]
             small = choose_small(tasks)
-            if not small or self._small is not None:
+            if not small:
                 return parts
-            job = self._small = _SmallRound({t.key for t in small})
+            keys = {t.key for t in small}
+            if self.member is None:  # no revokes: the run's stop is every partition's
+                job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop))
+            else:
+                job = self._small = _SmallRound(keys, {tp: threading.Event() for tp in keys})
             self._running += 1
-        later = [tp for tp in parts if tp not in job.parts]
-        if self.member is None:
-            self._run_small(job, small, self.stop)
-        else:
-            job.thread = threading.Thread(target=self._run_small, args=(job, small, job.stop),
+            if self.member is not None:
+                thread = threading.Thread(target=self._run_small, args=(job, small),
                                           name="first-round-small", daemon=True)  # fmt: skip
-            job.thread.start()
-        return later
+                thread.start()
+                job.thread = thread
+        if self.member is None:
+            self._run_small(job, small)
+        return [tp for tp in parts if tp not in job.parts]
 
-    def _run_small(
-        self, job: _SmallRound, small: list[PartitionTask], stop: threading.Event
-    ) -> None:
+    def _run_small(self, job: _SmallRound, small: list[PartitionTask]) -> None:
         results: list[PartitionResult] = []
         rest = small
         try:
             observe = self.observer.observe_plan if self.observer else None
-            results, rest = first_round_small(small, self.pool, progress=self.progress, stop=stop,
+            results, rest = first_round_small(small, self.pool, progress=self.progress,
+                                              stops=job.stops,
                                               handed_over=lambda: not self.stop.is_set(),
                                               on_plan=observe)  # fmt: skip
             for r in results:
@@ -286,20 +298,23 @@ class PartitionRunner:
                 if w is not None:
                     w.stop.set()
             job = self._small
-            if job is not None and not job.done and (gone := job.parts.intersection(parts)):
+            gone = job.parts.intersection(parts) if job is not None and not job.done else set()
+            if job is not None:
                 job.revoked.update(gone)
-                job.stop.set()
+                for tp in gone:
+                    job.stops[tp].set()
             stopped = [w for w in self.workers.values() if w.stop.is_set()]
-            still = {tp for tp, w in self.workers.items() if not w.stop.is_set()}
-            if job is not None and not job.done:
-                still |= job.parts - job.revoked
+            self._owned.difference_update(parts)
+            still = sorted(self._owned)
         if wait:
-            if job is not None and job.stop.is_set() and job.thread is not None:
+            # The round's other partitions go on: its end is waited for (a few hundred
+            # partitions' appends at most), so no revoked partition is written after this.
+            if gone and job is not None and job.thread is not None:
                 job.thread.join()
             for w in stopped:
                 w.thread.join()
         if self.observer:
-            self.observer.set_owned(sorted(still))
+            self.observer.set_owned(still)
 
     # -- topic changes (follow mode) ------------------------------------------------------
 
@@ -325,6 +340,7 @@ class PartitionRunner:
             with self._lock:
                 keys = [k for k in self.tasks if k[0] == topic]
                 tasks = {k: self.tasks.pop(k) for k in keys}
+                self._owned.difference_update(keys)
                 workers = [self.workers[k] for k in keys if k in self.workers]
             for w in workers:
                 w.stop.set()
@@ -346,8 +362,6 @@ class PartitionRunner:
             member.resubscribe(change.grown)
         else:
             self.assigned(sorted(t.key for t in change.tasks), 0)
-            if self.observer:
-                self.observer.set_owned(sorted(self.tasks))
 
     def _prefetch_fencing(self, parts: list[TopicPartition]) -> None:
         """Each partition's copy fences under its own transactional id: look up all their

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from partsync.copy.bulk import SmallCopy, copy_small, fits_small
@@ -62,25 +62,32 @@ def first_round_small(
     *,
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
+    stops: Mapping[TopicPartition, threading.Event] | None = None,
     handed_over: Callable[[], bool] | None = None,
     on_plan: Callable[[PartitionPlan], None] | None = None,
 ) -> tuple[list[PartitionResult], list[PartitionTask]]:
     """The first round of each task (all from ``choose_small``): the results of the rounds
     taken, and the tasks to go on with the usual way (not copied here, a failure a retry may
-    mend, or a copy a ``stop`` cut short, whose result says so as ``task.interrupted`` does)."""
-    stop = stop or threading.Event()
-    if not tasks or stop.is_set():
-        return [], list(tasks)
-    groups: dict[tuple[object, ...], list[PartitionTask]] = {}
-    for t in tasks:
-        groups.setdefault((t.local, t.sources, t.options), []).append(t)
+    mend, or a copy a stop cut short, whose result says so as ``task.interrupted`` does).
+
+    ``stops``: a partition's own stop (revoked), which ends its round and no other; ``stop``:
+    the one for partitions without their own."""
+    whole = stop or threading.Event()
+    own = stops or {}
+    stop_of = {t.key: own.get(t.key, whole) for t in tasks}
     results: list[PartitionResult] = []
     rest: list[PartitionTask] = []
+    groups: dict[tuple[object, ...], list[PartitionTask]] = {}
+    for t in tasks:
+        if stop_of[t.key].is_set():
+            rest.append(t)
+        else:
+            groups.setdefault((t.local, t.sources, t.options), []).append(t)
     for group in groups.values():
-        done, again = _copy_group(group, pool, progress, stop, on_plan)
-        if stop.is_set():
-            done = [interrupted(r, handed_over) if r.status is Status.ERROR else r for r in done]
-        results.extend(done)
+        done, again = _copy_group(group, pool, progress, stop_of, on_plan)
+        for r in done:
+            cut = stop_of[(r.topic, r.partition)].is_set() and r.status is Status.ERROR
+            results.append(interrupted(r, handed_over) if cut else r)
         rest.extend(again)
     return results, rest
 
@@ -89,41 +96,44 @@ def _copy_group(
     tasks: list[PartitionTask],
     pool: ClusterPool,
     progress: ProgressFn | None,
-    stop: threading.Event,
+    stop_of: Mapping[TopicPartition, threading.Event],
     on_plan: Callable[[PartitionPlan], None] | None,
 ) -> tuple[list[PartitionResult], list[PartitionTask]]:
     first = tasks[0]
     local = pool.get(first.local)
     sources = {ref.name: pool.get(ref) for ref in first.sources}
-    sessions = _fence(tasks, pool, stop)
+    sessions = _fence(tasks, pool, stop_of)
     fenced = [t for t in tasks if t.key in sessions]
     again = [t for t in tasks if t.key not in sessions]
     copies = []
     for t in fenced:
         if on_plan is not None:
             on_plan(t.plan)
-        copies.append(SmallCopy(t.plan, t.rules, sessions[t.key]))
+        copies.append(SmallCopy(t.plan, t.rules, sessions[t.key], stop_of[t.key]))
     by_key = {t.key: t for t in fenced}
     done: list[PartitionResult] = []
-    for key, result in copy_small(copies, sources, local, first.options, progress, stop).items():
+    for key, result in copy_small(copies, sources, local, first.options, progress).items():
         if result is None:
             again.append(by_key[key])
             continue
         done.append(result)
-        if result.status is Status.ERROR and (result.retriable or stop.is_set()):
+        if result.status is Status.ERROR and (result.retriable or stop_of[key].is_set()):
             again.append(by_key[key])  # retried like any failed first round, or cut short
     return done, again
 
 
 def _fence(
-    tasks: list[PartitionTask], pool: ClusterPool, stop: threading.Event
+    tasks: list[PartitionTask],
+    pool: ClusterPool,
+    stop_of: Mapping[TopicPartition, threading.Event],
 ) -> dict[TopicPartition, ProducerSession]:
     """Each partition's producer session, opened under its own transactional id (which fences
     any earlier writer of it); a partition whose fence failed is left out."""
     local = pool.get(tasks[0].local)
 
     def fence(t: PartitionTask, n: int) -> ProducerSession | None:
-        if stop.is_set():  # revoked or stopping: fence nothing more (it may be another's now)
+        # Revoked or stopping: fence nothing more (it may be another's now).
+        if stop_of[t.key].is_set():
             return None
         try:
             return open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from partsync._kafka import ProducedPartition
-from partsync.copy.appender import STAGED_MAX, _Sender
+from partsync.copy.appender import STAGED_MAX, Sender
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import ProducerSession
@@ -67,14 +67,14 @@ def _ctx(stop: threading.Event | None = None) -> CopyContext:
     return CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, stop)
 
 
-def _sender(ctx: CopyContext, writer: HeldWriter) -> _Sender:
-    return _Sender(ctx, writer, ProducerSession(producer_id=7, epoch=0, sequence=0))
+def _sender(ctx: CopyContext, writer: HeldWriter) -> Sender:
+    return Sender(ctx, writer, ProducerSession(producer_id=7, epoch=0, sequence=0))
 
 
 BATCH = Batch.parse(memoryview(filler_batch(3, 0)))  # three records
 
 
-def _send_in_thread(sender: _Sender, at: int) -> tuple[threading.Thread, list[BaseException]]:
+def _send_in_thread(sender: Sender, at: int) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -7,6 +7,7 @@ start is under test; the copy itself is tested against real brokers."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from partsync.config import ClusterRef
@@ -26,11 +27,26 @@ class NoClusters:
         raise PartsyncError("no cluster here")  # not retriable: the worker ends at once
 
 
-def _runner() -> tuple[PartitionRunner, _SmallRound]:
+class Owned:
+    """An observer that keeps only what the runner says it owns."""
+
+    owned: list[tuple[str, int]] | None = None
+
+    def set_owned(self, parts: Any) -> None:
+        self.owned = sorted(parts)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+
+def _runner(
+    round_parts: tuple[tuple[str, int], ...] = (P0,), observer: Any = None
+) -> tuple[PartitionRunner, _SmallRound]:
     tasks = [PartitionTask(plan_partition("t", p, Bounds(0, 0), {"x": Bounds(0, 1)}), (REF,), REF,
                            CopyOptions(), LocalTopicRules(), retries=0) for p in (0, 1)]  # fmt: skip
-    runner = PartitionRunner(tasks, NoClusters(), RunOptions())  # type: ignore[arg-type]
-    job = runner._small = _SmallRound({P0})
+    runner = PartitionRunner(tasks, NoClusters(), RunOptions(), observer=observer)  # type: ignore[arg-type]
+    job = _SmallRound(set(round_parts), {tp: threading.Event() for tp in round_parts})
+    runner._small = job
     return runner, job
 
 
@@ -51,7 +67,7 @@ def test_a_partition_of_the_round_under_way_gets_no_worker_of_its_own() -> None:
 def test_what_was_revoked_while_the_round_ran_is_not_started_unless_owned_again() -> None:
     runner, job = _runner()
     runner.revoke([P0], wait=False)
-    assert job.stop.is_set() and job.revoked == {P0}
+    assert job.stops[P0].is_set() and job.revoked == {P0}
     runner._start_workers([P0], finishing=job)
     assert _started(runner) == set()
 
@@ -61,3 +77,21 @@ def test_what_was_revoked_while_the_round_ran_is_not_started_unless_owned_again(
     assert _started(runner) == set()
     runner._start_workers([P0], finishing=job)
     assert _started(runner) == {P0}
+
+
+def test_a_revoke_stops_only_the_partitions_it_takes_from_the_round() -> None:
+    # The others' rounds go on: stopped too, a failed one would lose its retry's wait.
+    runner, job = _runner((P0, P1))
+    runner.revoke([P1], wait=False)
+    assert job.stops[P1].is_set() and not job.stops[P0].is_set() and job.revoked == {P1}
+
+
+def test_the_partitions_the_round_finished_stay_owned() -> None:
+    # The metrics' owned partitions: the round finished P0 (no worker), then P1 was revoked.
+    observer = Owned()
+    runner, job = _runner((P0,), observer)
+    runner.assigned([P0, P1], 1)
+    assert observer.owned == [P0, P1]
+    runner._start_workers([], finishing=job)  # P0 done by the round: nothing left
+    runner.revoke([P1], wait=True)
+    assert observer.owned == [P0]

@@ -59,3 +59,37 @@ def test_taken_together_only_when_enough_fit_and_were_planned_moments_ago() -> N
     assert [t.key for t in choose_small(stale)] == [("t", p) for p in range(1, MIN_PARTITIONS + 1)]
     mixed = [*enough, _task(99, end=SMALL_OFFSETS + 10)]
     assert len(choose_small(mixed)) == MIN_PARTITIONS
+
+
+class _Bug:
+    """A source whose fetch lane raises what no Kafka error is (a bug in partsync)."""
+
+    def fetch_lane(self, *a: object, **k: object) -> object:
+        raise RuntimeError("a bug")
+
+
+def test_a_bug_while_copying_hands_every_partition_back_and_frees_its_memory() -> None:
+    # Nothing was appended: each partition goes the usual way, and the wave's fetch memory
+    # is given back (a leak would shrink --memory-budget for the rest of the run).
+    from partsync.copy.budget import shared_budget
+    from partsync.copy.bulk import SmallCopy, copy_small
+
+    opts = CopyOptions(memory_budget=(3 << 20) + 4099)  # a budget of this test's own
+    copies = [SmallCopy(plan_partition("t", p, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(),
+                        None) for p in range(3)]  # type: ignore[arg-type]  # fmt: skip
+    out = copy_small(copies, {"a": _Bug()}, None, opts)  # type: ignore[arg-type, dict-item]
+    assert out == {("t", 0): None, ("t", 1): None, ("t", 2): None}
+    assert shared_budget(opts.memory_budget, 4 * opts.fetch_bytes).used == 0
+
+
+def test_a_partition_stopped_before_its_round_is_neither_fenced_nor_copied() -> None:
+    import threading
+
+    from partsync.run.small import first_round_small
+
+    tasks = [_task(p) for p in range(2)]
+    stops = {t.key: threading.Event() for t in tasks}
+    for e in stops.values():
+        e.set()  # both revoked: the pool (none here) is never asked for a cluster
+    results, rest = first_round_small(tasks, None, stops=stops)  # type: ignore[arg-type]
+    assert results == [] and rest == tasks
