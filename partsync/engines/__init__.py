@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from partsync.copy.context import ProgressFn
+from partsync.copy.options import PARALLELISM
 from partsync.errors import UsageError
 from partsync.run.sync import Engine
 
@@ -15,7 +16,7 @@ __all__ = ["make_engine"]
 def make_engine(
     name: str,
     *,
-    parallelism: int = 8,
+    parallelism: int = PARALLELISM,
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
     spark_master: str | None = None,

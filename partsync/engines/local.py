@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from partsync.copy.context import ProgressFn
+from partsync.copy.options import PARALLELISM
 from partsync.io.pool import ClusterPool
 from partsync.plan.results import PartitionResult
 from partsync.run.runner import PartitionRunner, RunOptions
@@ -25,7 +26,7 @@ class LocalEngine(Engine):
 
     def __init__(
         self,
-        parallelism: int = 8,
+        parallelism: int = PARALLELISM,
         progress: ProgressFn | None = None,
         stop: threading.Event | None = None,
     ) -> None:

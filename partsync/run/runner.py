@@ -24,6 +24,7 @@ from typing import Protocol
 
 from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
+from partsync.copy.options import PARALLELISM
 from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
@@ -55,7 +56,7 @@ class RunOptions:
     rebalance_timeout_ms: int | None = None
     follow_wait_ms: int = 500
     # Copy rounds running at once; the others wait their turn (idle followers hold no slot).
-    parallelism: int = 8
+    parallelism: int = PARALLELISM
     # Follow mode: how often the sources' topics are checked for new partitions and for being
     # deleted and created again.
     topic_check_s: float = 30.0

@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from partsync.config import check_files
-from partsync.copy.options import CopyOptions
+from partsync.copy.options import PARALLELISM, CopyOptions
 from partsync.errors import ExitStatus, UsageError
 from partsync.ui.cli_common import (
     EXIT_CODES_HELP,
@@ -94,9 +94,9 @@ def plan(
 @click.option(
     "--parallelism",
     type=click.IntRange(min=1),
-    default=8,
+    default=PARALLELISM,
     show_default=True,
-    help="Partitions copied at the same time.",
+    help="Partitions copied at the same time (memory is bounded by --memory-budget, not by this).",
 )
 @click.option(
     "--engine",
