@@ -62,11 +62,12 @@ def _common(p: PartitionDiff) -> str:
 
 
 def diff_table(report: DiffReport) -> Table:
-    """One row per partition: status, common range, each cluster's range (lag, ✗ = disagrees),
-    the first divergent offset. Who disagrees and why goes in ``diff_notes`` below it."""
+    """One row per partition: status, common range, each cluster's range (lag, ✗ = disagrees,
+    ? = unreachable), the first divergent offset. Who disagrees and why goes in ``diff_notes``
+    below it."""
     t = Table(
         title=f"partsync diff ({report.level.value} level; ranges are [log start, high "
-        "watermark), -N = lag, ✗ = disagrees)",
+        "watermark), -N = lag, ✗ = disagrees, ? = unreachable)",
         title_justify="left",
         pad_edge=False,
     )
@@ -89,7 +90,9 @@ def diff_table(report: DiffReport) -> Table:
                 lag = p.lag.get(name, 0)
                 if lag:
                     cell += f" [yellow]-{lag}[/]"
-                if name in p.disagreeing or name in p.unreachable:
+                if name in p.unreachable:
+                    cell = f"[magenta]{cell} ?[/]"
+                elif name in p.disagreeing:
                     cell = f"[red]{cell} ✗[/]"
                 cells.append(cell)
             t.add_row(
@@ -196,7 +199,7 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
         y = 6 + i * _ROW
         b = p.clusters.get(name)
         bad = name in p.disagreeing or name in p.unreachable
-        label = ("✗ " if bad else "") + name
+        label = ("? " if name in p.unreachable else "✗ " if bad else "") + name
         weight = ' font-weight="bold"' if bad else ""
         out.append(f'<text x="4" y="{y + 14}"{weight}><title>{_esc(name)}</title>'
                    f"{_esc(label[:24])}</text>")  # fmt: skip
@@ -292,8 +295,8 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
             '<div class="legend"><span><i style="background:#0969da"></i>cluster range [log start, '
             'high watermark)</span><span><i style="background:#1a7f37"></i>common range</span>'
             '<span><i style="background:#fff1c2;border:1px solid #d4a72c"></i>lag</span>'
-            '<span><i style="background:#cf222e"></i>disagreeing cluster / first divergent offset'
-            "</span></div>"
+            '<span><i style="background:#cf222e"></i>&#x2717; disagreeing cluster / first divergent '
+            "offset</span><span>? unreachable cluster (no data)</span></div>"
         ),
     ]
     for tp in report.topics:

@@ -135,8 +135,11 @@ def test_table_notes_and_summary() -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(diff_table(r))
     text = console.export_text()
-    for want in ("identical", "lagging", "divergent", "unreachable", "0..60 -40", "0..100 ✗", "43"):
+    for want in ("identical", "lagging", "divergent", "unreachable", "0..60 -40", "0..100 ✗", "43",
+                 "- ?", "✗ = disagrees, ? = unreachable"):  # fmt: skip
         assert want in text, want
+    # An unreachable cluster is not marked as one that disagrees (the legend's ✗).
+    assert "- ✗" not in text
     assert "orders<script>" in text  # rich markup in names is printed, not interpreted
     notes = diff_notes(r)
     assert notes == [
@@ -161,7 +164,8 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert "http" not in page
     assert page.count("<svg") == 1 + 4  # pattern defs + one chart per partition
     assert "diverges at 43" in page and "lag 40" in page and "common 0..60" in page
-    assert "✗ dc2" in page and "no data" in page
+    assert "? dc2" in page and "✗ dc2" in page and "no data" in page  # unreachable / disagrees
+    assert "? unreachable cluster" in page
     assert "divergence found" in page and "2026-01-02" in page
 
 
