@@ -10,6 +10,7 @@ rewrite batches) are decided here, before any task runs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from partsync.plan.comparator import (
 from partsync.plan.results import PartitionResult, Status, TopicResult
 from partsync.plan.selection import select
 from partsync.plan.topic_rules import LocalTopicRules, create_configs, rules_from
+from partsync.plan.topic_select import TopicSelection, select_topics
 
 __all__ = [
     "SyncRequest",
@@ -39,9 +41,13 @@ __all__ = [
     "TopicPlan",
     "apply_topic_changes",
     "plan_topics",
+    "resolve_topics",
     "uncopied_result",
     "whole_topic_results",
 ]
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,16 @@ class SyncRequest:
     add_partitions: bool = True
     policy: PlanPolicy = PlanPolicy()
     options: CopyOptions = CopyOptions()
+    # --topic-pattern / --exclude: ``topics`` are what ``resolve_topics`` found on the sources.
+    selection: TopicSelection | None = None
+
+    @property
+    def job_topics(self) -> tuple[str, ...]:
+        """What names the job (its default group): the selection as given when it has
+        patterns, so runs that resolve to different topics still meet in one group."""
+        if self.selection is not None and self.selection.by_pattern:
+            return (self.selection.describe(),)
+        return self.topics
 
 
 @dataclass(frozen=True)
@@ -238,6 +254,29 @@ def _located(plan: PartitionPlan, local: str) -> PartitionPlan:
         f"cluster {local}, topic {plan.topic} partition {plan.partition}, offset {plan.local.end}"
     )
     return dataclasses.replace(plan, reason=f"{where}: {plan.reason}")
+
+
+def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
+    """The request with its topic patterns resolved against the sources' topics (as listed
+    now; a source that cannot be reached is left out with a warning, unless all are)."""
+    sel = req.selection
+    if sel is None:
+        return req
+    if not sel.by_pattern:
+        return dataclasses.replace(req, topics=tuple(select_topics(sel, {})))
+    listed: dict[str, list[str]] = {}
+    error: ClusterError | None = None
+    for ref in req.sources:
+        try:
+            md = pool.get(ref).metadata(refresh=True)
+        except ClusterError as e:
+            log.warning("listing the topics of %s: %s", ref.name, e)
+            error = e
+            continue
+        listed[ref.name] = [t for t, m in md.topics.items() if m.error_code == 0]
+    if not listed and error is not None:
+        raise error
+    return dataclasses.replace(req, topics=tuple(select_topics(sel, listed)))
 
 
 def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:

@@ -230,7 +230,7 @@ def run_job(
     offsets_done = threading.Event()
     if engine is None:
         if use_group and (opts.follow or tasks):
-            group = opts.group or default_group(req.topics)
+            group = opts.group or default_group(req.job_topics)
         run_opts = dataclasses.replace(opts, group=group)
         if group or opts.follow:
             # Members own partitions, not copies: every partition of the job's topics (one in

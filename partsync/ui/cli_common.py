@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -43,7 +44,8 @@ CLUSTER_HELP = (
     "A cluster is a name from the config file ([clusters.NAME]) or one host:port bootstrap address."
 )
 
-stderr = Console(stderr=True)
+# Messages are never hard-wrapped: a log line or a piped error stays one line, whole.
+stderr = Console(stderr=True, soft_wrap=True)
 
 
 # Set once a command printed its --json document: an error after that must not add a second.
@@ -122,15 +124,52 @@ def config_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+@dataclass(frozen=True)
+class TopicArgs:
+    """``--topic``, ``--topic-pattern`` and ``--exclude`` as given."""
+
+    named: tuple[str, ...]
+    patterns: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+    def selection(self) -> Any:
+        """A ``TopicSelection``, or None with only named topics (nothing to resolve)."""
+        from partsync.plan.topic_select import TopicSelection, compile_patterns
+
+        if not self.patterns and not self.excludes:
+            if not self.named:
+                raise UsageError("no topic: give --topic or --topic-pattern")
+            return None
+        return TopicSelection(tuple(dict.fromkeys(self.named)),
+                              compile_patterns(self.patterns, "--topic-pattern"),
+                              compile_patterns(self.excludes, "--exclude"))  # fmt: skip
+
+
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option(
             "--topic",
             "topics",
             multiple=True,
-            required=True,
             metavar="TOPIC",
-            help="Topic to sync; repeat for several.",
+            help="Topic to sync; repeat for several (or give --topic-pattern).",
+        ),
+        click.option(
+            "--topic-pattern",
+            "topic_patterns",
+            multiple=True,
+            metavar="REGEX",
+            help="Also every topic on a source whose whole name matches REGEX (Python syntax; "
+            "internal __ topics only when named); repeat for several. Resolved when the run "
+            "starts (a follower picks up new topics when restarted). `plan` lists the result.",
+        ),
+        click.option(
+            "--exclude",
+            "excludes",
+            multiple=True,
+            metavar="REGEX",
+            help="Leave out topics whose whole name matches REGEX (named ones too); repeat for "
+            "several.",
         ),
         click.option(
             "--sources",
@@ -193,7 +232,7 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_request(
     ctx: Ctx,
-    topics: tuple[str, ...],
+    topics: tuple[str, ...] | TopicArgs,
     sources: str,
     local: str | None,
     partitions: str | None,
@@ -212,10 +251,17 @@ def build_request(
         raise UsageError(f"cluster {loc.name} is both a source and the local cluster")
     for ref in (*srcs, loc):
         check_files(ref)
+    selection = None
+    if isinstance(topics, TopicArgs):
+        selection = topics.selection()
+        topics = topics.named
     for t in topics:
         if not t.strip():
             raise UsageError("empty topic name")
+    if not topics and selection is None:
+        raise UsageError("no topic: give --topic or --topic-pattern")
     return SyncRequest(
+        selection=selection,
         topics=tuple(dict.fromkeys(topics)),
         sources=tuple(srcs),
         local=loc,

@@ -18,6 +18,7 @@ from partsync.ui.cli_common import (
     EXIT_CODES_HELP,
     Ctx,
     Exit,
+    TopicArgs,
     build_request,
     config_option,
     emit_json,
@@ -36,6 +37,8 @@ __all__ = ["plan", "sync"]
 def plan(
     ctx: Ctx,
     topics: tuple[str, ...],
+    topic_patterns: tuple[str, ...],
+    excludes: tuple[str, ...],
     sources: str,
     local: str | None,
     partitions: str | None,
@@ -52,15 +55,20 @@ def plan(
     or unsafe with the reason).
     """
     from partsync.io.pool import ClusterPool
-    from partsync.run.planner import plan_topics
+    from partsync.run.planner import plan_topics, resolve_topics
     from partsync.run.sync import plan_exit_status
     from partsync.ui.render import plan_notes, plan_table
 
-    req = build_request(ctx, topics, sources, local, partitions, chunk_offsets, create_missing,
+    req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), sources, local,
+                        partitions, chunk_offsets, create_missing,
                         on_retention_gap=on_retention_gap,
                         add_partitions=add_partitions)  # fmt: skip
     with ClusterPool() as pool:
+        req = resolve_topics(req, pool)
         plans = plan_topics(req, pool)
+    if req.selection is not None and not as_json:
+        stderr.print(f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)",
+                     highlight=False, markup=False)  # fmt: skip
     if as_json:
         emit_json({"topics": [tp.to_dict() for tp in plans]})
     else:
@@ -280,6 +288,8 @@ def plan(
 def sync(
     ctx: Ctx,
     topics: tuple[str, ...],
+    topic_patterns: tuple[str, ...],
+    excludes: tuple[str, ...],
     sources: str,
     local: str | None,
     partitions: str | None,
@@ -329,7 +339,7 @@ def sync(
     offset. A run with nothing to copy does not join the group.
     """
     from partsync.io.pool import ClusterPool
-    from partsync.run.planner import apply_topic_changes, plan_topics
+    from partsync.run.planner import apply_topic_changes, plan_topics, resolve_topics
     from partsync.run.runner import RunOptions
     from partsync.run.sync import default_group, run_job
     from partsync.ui.render import CopyProgress, report_notes, report_table, summary_line
@@ -364,8 +374,8 @@ def sync(
         filler_records=filler_records,
     )
     req = build_request(
-        ctx, topics, sources, local, partitions, chunk_offsets, create_missing, opts,
-        on_retention_gap, add_partitions,
+        ctx, TopicArgs(topics, topic_patterns, excludes), sources, local, partitions,
+        chunk_offsets, create_missing, opts, on_retention_gap, add_partitions,
     )  # fmt: skip
     to_sync = None
     if sync_groups:
@@ -393,6 +403,7 @@ def sync(
     _install_stop_handler(stop, why)
     timer = _deadline_timer(deadline, stop, why)
     with ClusterPool() as pool:
+        req = resolve_topics(req, pool)
         plans = apply_topic_changes(req, pool, plan_topics(req, pool))
         total = sum(
             p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind"
@@ -409,7 +420,7 @@ def sync(
                     mode = (
                         " (no group: all partitions)"
                         if no_group
-                        else f" in group {group or default_group(req.topics)!r}"
+                        else f" in group {group or default_group(req.job_topics)!r}"
                     )
                     stderr.print(
                         f"following {', '.join(req.topics)}{mode}; SIGTERM or Ctrl-C stops",

@@ -84,3 +84,16 @@ def test_a_missing_ssl_file_is_a_config_error_naming_it(
     assert code is ExitStatus.USAGE
     err = _words(capsys.readouterr().err)
     assert "[clusters.dc1]: ssl_cafile '/no/such/ca.pem': no such file" in err
+
+
+def test_a_long_error_stays_one_line_at_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A log line or a piped error must not be hard-wrapped at the console width.
+    monkeypatch.setenv("COLUMNS", "80")
+    long = "an-unknown-cluster-name-" + "x" * 80
+    assert raw_main(["sync", "--topic", "t", "--sources", long, "--local", NOBODY]) is (
+        ExitStatus.USAGE
+    )
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and long in lines[0], lines

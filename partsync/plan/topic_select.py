@@ -1,0 +1,64 @@
+"""Which topics a run copies: the ones named, plus the sources' topics that match a pattern,
+less the ones an exclusion matches (``select_topics``). Pure: the caller lists the sources'
+topics."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from partsync.errors import TopicError, UsageError
+
+__all__ = ["TopicSelection", "compile_patterns", "select_topics"]
+
+
+@dataclass(frozen=True)
+class TopicSelection:
+    """``--topic`` names, ``--topic-pattern`` and ``--exclude`` regular expressions (each must
+    match a whole topic name, as Kafka's own tools' include lists do)."""
+
+    named: tuple[str, ...] = ()
+    patterns: tuple[re.Pattern[str], ...] = ()
+    excludes: tuple[re.Pattern[str], ...] = ()
+
+    @property
+    def by_pattern(self) -> bool:
+        return bool(self.patterns)
+
+    def describe(self) -> str:
+        """The selection as given (a job's identity: the same whatever topics it resolves to)."""
+        parts = [*self.named, *(f"/{p.pattern}/" for p in self.patterns)]
+        parts += [f"-/{p.pattern}/" for p in self.excludes]
+        return ",".join(parts)
+
+
+def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[str]]) -> list[str]:
+    """The topics to copy, in order: the named ones as given, then the pattern matches on any
+    source (sorted); internal topics (``__`` prefix) only when named. Raises ``TopicError`` when
+    nothing is left."""
+    named = list(dict.fromkeys(selection.named))
+    matched = sorted({t for topics in on_sources.values() for t in topics
+                      if not t.startswith("__") and t not in named
+                      and any(p.fullmatch(t) for p in selection.patterns)})  # fmt: skip
+    chosen = [t for t in (*named, *matched) if not any(x.fullmatch(t) for x in selection.excludes)]
+    if not chosen:
+        excludes = ", ".join(repr(p.pattern) for p in selection.excludes)
+        after = f" once --exclude {excludes} is applied" if excludes else ""
+        if not selection.by_pattern:
+            raise TopicError(f"every --topic is excluded by --exclude {excludes}")
+        patterns = ", ".join(repr(p.pattern) for p in selection.patterns)
+        raise TopicError(f"no topic on {', '.join(on_sources) or 'the sources'} matches "
+                         f"--topic-pattern {patterns}{after}")  # fmt: skip
+    return chosen
+
+
+def compile_patterns(values: Sequence[str], option: str) -> tuple[re.Pattern[str], ...]:
+    """Each value as a regular expression, or a ``UsageError`` naming the option and value."""
+    out = []
+    for v in values:
+        try:
+            out.append(re.compile(v))
+        except re.error as e:
+            raise UsageError(f"{option} {v!r} is not a regular expression: {e}") from None
+    return tuple(out)

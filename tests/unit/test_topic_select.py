@@ -1,0 +1,59 @@
+"""Which topics --topic, --topic-pattern and --exclude select (``plan.topic_select``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from partsync.errors import TopicError, UsageError
+from partsync.plan.topic_select import TopicSelection, compile_patterns, select_topics
+
+ON = {"a": ["orders", "orders.dlq", "payments", "__consumer_offsets"], "b": ["orders-eu", "x"]}
+
+
+def _sel(named: tuple[str, ...] = (), pats: tuple[str, ...] = (), excl: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    return TopicSelection(named, tuple(map(re.compile, pats)), tuple(map(re.compile, excl)))
+
+
+def test_patterns_match_whole_names_on_any_source_after_the_named_ones() -> None:
+    assert select_topics(_sel(("x",), ("orders.*",)), ON) == ["x", "orders", "orders-eu",
+                                                              "orders.dlq"]  # fmt: skip
+    assert select_topics(_sel(pats=("order",)), {"a": ["orders"], "b": ["order"]}) == ["order"]
+
+
+def test_exclusions_apply_to_matches_and_named_topics() -> None:
+    assert select_topics(_sel(("payments",), ("orders.*",), (r".*\.dlq", "pay.*")), ON) == [
+        "orders", "orders-eu"]  # fmt: skip
+
+
+def test_internal_topics_only_when_named() -> None:
+    assert "__consumer_offsets" not in select_topics(_sel(pats=(".*",)), ON)
+    assert select_topics(_sel(("__consumer_offsets",), (".*",), (".*s$",)), ON) == [
+        "orders-eu", "orders.dlq", "x"]  # fmt: skip
+
+
+def test_nothing_selected_is_an_error_naming_the_sources_and_patterns() -> None:
+    with pytest.raises(TopicError, match=r"no topic on a, b matches --topic-pattern 'nope.*'"):
+        select_topics(_sel(pats=("nope.*",)), ON)
+    with pytest.raises(TopicError, match=r"once --exclude '.\*' is applied"):
+        select_topics(_sel(pats=("orders",), excl=(".*",)), ON)
+    with pytest.raises(TopicError, match="every --topic is excluded"):
+        select_topics(_sel(("orders",), excl=("ord.*",)), {})
+
+
+def test_a_bad_expression_is_a_usage_error_naming_the_option() -> None:
+    with pytest.raises(UsageError, match=r"--exclude '\[x' is not a regular expression"):
+        compile_patterns(["ok", "[x"], "--exclude")
+
+
+def test_the_selection_as_given_names_the_job() -> None:
+    # Runs that resolve the same patterns to different topics still meet in one group.
+    from partsync.config import ClusterRef
+    from partsync.run.planner import SyncRequest
+
+    ref = ClusterRef("l", (("h", 1),))
+    one = SyncRequest(("a",), (ref,), ref, selection=_sel(pats=("o.*",), excl=("x",)))
+    two = SyncRequest(("a", "b"), (ref,), ref, selection=_sel(pats=("o.*",), excl=("x",)))
+    assert one.job_topics == two.job_topics == ("/o.*/,-/x/",)
+    assert SyncRequest(("a", "b"), (ref,), ref).job_topics == ("a", "b")
