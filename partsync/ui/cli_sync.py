@@ -410,10 +410,15 @@ def sync(
         )
         progress = None
         if not as_json and total and stderr.is_terminal:
-            progress = CopyProgress(stderr, total)
+            # Before the first bytes: a one-shot run joins its group (Kafka may hold a new
+            # group's first join for seconds), and every run fences before it writes.
+            phase = "joining group" if (follow or not no_group) and engine == "local" else "fencing"
+            progress = CopyProgress(stderr, total, phase)
             progress.start(
-                {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions}
-            )
+                {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions},
+                {(p.topic, p.partition): p.target_end for tp in plans for p in tp.partitions
+                 if p.condition.value == "behind"},
+            )  # fmt: skip
         try:
             with _live_metrics(follow, metrics_port, metrics_host) as live:
                 if follow:
@@ -425,6 +430,7 @@ def sync(
                     stderr.print(
                         f"following {', '.join(req.topics)}{mode}; SIGTERM or Ctrl-C stops",
                         highlight=False,
+                        markup=False,  # a group name is the user's text
                     )
                 eng = None
                 if engine != "local":
