@@ -47,7 +47,9 @@ _CLUSTER_KEYS = {
     "sasl_plain_password_env",
     "max_bytes_per_sec",
 }
-_TOP_KEYS = {"local", "clusters"}
+_TOP_KEYS = {"local", "clusters", "defaults"}
+# What [defaults] may set for every cluster (a cluster's own table wins, key by key).
+_DEFAULT_KEYS = _CLUSTER_KEYS - {"bootstrap_servers"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class Config:
     clusters: Mapping[str, ClusterRef]
     local: str | None = None
     path: Path | None = None
+    # [defaults]: applied to the configured clusters already, and to a bare host:port here.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def resolve(self, ref: str) -> ClusterRef:
         """A configured cluster name, or a single ``host:port`` address."""
@@ -101,7 +106,10 @@ class Config:
             return self.clusters[ref]
         m = _ADDRESS.match(ref)
         if m:
-            return ClusterRef(name=ref, bootstrap_servers=(_address(ref, ref),))
+            if not self.defaults:
+                return ClusterRef(name=ref, bootstrap_servers=(_address(ref, ref),))
+            table = {**self.defaults, "bootstrap_servers": [ref]}
+            return _cluster(ref, table, self.env, where=f"cluster {ref} (with [defaults])")
         known = ", ".join(sorted(self.clusters)) or "none"
         where = f" in {self.path}" if self.path else " (no config file found)"
         raise ConfigError(
@@ -139,60 +147,60 @@ def _address(text: str, cluster: str) -> tuple[str, int]:
     return m.group("host").strip("[]"), port
 
 
-def _env_secret(name: str, env_var: Any, env: Mapping[str, str]) -> str:
+def _env_secret(where: str, env_var: Any, env: Mapping[str, str]) -> str:
     if not isinstance(env_var, str) or not env_var:
-        raise ConfigError(f"cluster {name!r}: the *_env keys name an environment variable")
+        raise ConfigError(f"{where}: the *_env keys name an environment variable")
     if env_var not in env:
         raise ConfigError(
-            f"cluster {name!r}: environment variable {env_var} (holding the secret) is not set"
+            f"{where}: environment variable {env_var} (holding the secret) is not set"
         )
     return env[env_var]
 
 
-def _cluster(name: str, table: Any, env: Mapping[str, str]) -> ClusterRef:
+def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = None) -> ClusterRef:
+    """``where``: the table errors name (default ``[clusters.NAME]``)."""
+    where = where or f"[clusters.{name}]"
     if not isinstance(table, dict):
-        raise ConfigError(f"[clusters.{name}] must be a table")
+        raise ConfigError(f"{where} must be a table")
     unknown = sorted(set(table) - _CLUSTER_KEYS)
     if unknown:
         raise ConfigError(
-            f"[clusters.{name}]: unknown key(s) {', '.join(unknown)} "
+            f"{where}: unknown key(s) {', '.join(unknown)} "
             f"(known: {', '.join(sorted(_CLUSTER_KEYS))})"
         )
     servers = table.get("bootstrap_servers")
     if isinstance(servers, str):
         servers = [s for s in servers.split(",") if s.strip()]
     if not servers or not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
-        raise ConfigError(f"[clusters.{name}]: bootstrap_servers must list host:port addresses")
+        raise ConfigError(f"{where}: bootstrap_servers must list host:port addresses")
     protocol = str(table.get("security_protocol", "PLAINTEXT")).upper()
     if protocol not in _PROTOCOLS:
-        raise ConfigError(
-            f"[clusters.{name}]: security_protocol must be one of {', '.join(_PROTOCOLS)}"
-        )
+        raise ConfigError(f"{where}: security_protocol must be one of {', '.join(_PROTOCOLS)}")
     mechanism = table.get("sasl_mechanism")
     password = None
     if protocol.startswith("SASL"):
         mechanism = str(mechanism or "PLAIN").upper()
         if mechanism not in _SASL_MECHANISMS:
             raise ConfigError(
-                f"[clusters.{name}]: sasl_mechanism must be one of {', '.join(_SASL_MECHANISMS)}"
+                f"{where}: sasl_mechanism must be one of {', '.join(_SASL_MECHANISMS)}"
             )
         if not table.get("sasl_plain_username"):
-            raise ConfigError(f"[clusters.{name}]: SASL needs sasl_plain_username")
-        password = _env_secret(name, table.get("sasl_plain_password_env"), env)
+            raise ConfigError(f"{where}: SASL needs sasl_plain_username")
+        password = _env_secret(where, table.get("sasl_plain_password_env"), env)
     check_hostname = table.get("ssl_check_hostname", True)
     if not isinstance(check_hostname, bool):
-        raise ConfigError(f"[clusters.{name}]: ssl_check_hostname must be true or false (unquoted)")
+        raise ConfigError(f"{where}: ssl_check_hostname must be true or false (unquoted)")
     for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username"):
         if key in table and not isinstance(table[key], str):
-            raise ConfigError(f"[clusters.{name}]: {key} must be a string")
+            raise ConfigError(f"{where}: {key} must be a string")
 
     ssl_password = None
     if "ssl_password_env" in table:
-        ssl_password = _env_secret(name, table["ssl_password_env"], env)
+        ssl_password = _env_secret(where, table["ssl_password_env"], env)
     rate = table.get("max_bytes_per_sec")
     # bool is an int subclass: `true` must not become 1 byte/s.
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
-        raise ConfigError(f"[clusters.{name}]: max_bytes_per_sec must be a positive integer")
+        raise ConfigError(f"{where}: max_bytes_per_sec must be a positive integer")
     security = Security(
         security_protocol=protocol,
         ssl_cafile=table.get("ssl_cafile"),
@@ -223,14 +231,27 @@ def parse_config(
         raise ConfigError(
             f"{where}: unknown top-level key(s) {', '.join(unknown)} (known: clusters, local)"
         )
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{where}: [defaults] must be a table")
+    unknown = sorted(set(defaults) - _DEFAULT_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: [defaults]: unknown key(s) {', '.join(unknown)} (known: "
+            f"{', '.join(sorted(_DEFAULT_KEYS))}; bootstrap_servers belongs to each cluster)"
+        )
     tables = data.get("clusters", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")
-    clusters = {name: _cluster(name, t, env) for name, t in tables.items()}
+    clusters = {}
+    for name, t in tables.items():
+        merged = {**defaults, **t} if isinstance(t, dict) else t
+        clusters[name] = _cluster(name, merged, env, where=f"{where}: [clusters.{name}]"
+                                  + (" (with [defaults])" if defaults else ""))  # fmt: skip
     local = data.get("local")
     if local is not None and (not isinstance(local, str) or local not in clusters):
         raise ConfigError(f"{where}: local = {local!r} does not name a [clusters.NAME] table")
-    return Config(clusters=clusters, local=local, path=path)
+    return Config(clusters=clusters, local=local, path=path, defaults=defaults, env=env)
 
 
 def find_config_path(

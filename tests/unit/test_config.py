@@ -134,7 +134,11 @@ def test_missing_sasl_env_var_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(write(tmp_path, FULL), env={"PARTSYNC_TEST_SSL": "x"})
     msg = str(exc.value)
-    assert "PARTSYNC_TEST_SASL" in msg and "is not set" in msg and "'secure'" in msg
+    assert (
+        "PARTSYNC_TEST_SASL" in msg
+        and "is not set" in msg
+        and "partsync.toml: [clusters.secure]" in msg
+    )
 
 
 def test_missing_ssl_password_env_var(tmp_path: Path) -> None:
@@ -425,3 +429,50 @@ def test_env_mapping_argument_overrides_os_environ(
     other = _named(tmp_path, "mapped")
     assert find_config_path(None, env={"PARTSYNC_CONFIG": str(other)}) == other
     assert find_config_path(None, env={}) is None
+
+
+DEFAULTS = """
+local = "dc1"
+
+[defaults]
+security_protocol = "SASL_SSL"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_plain_username = "partsync"
+sasl_plain_password_env = "PARTSYNC_TEST_SASL"
+client_id = "mirror"
+
+[clusters.dc1]
+bootstrap_servers = ["k1:9093"]
+
+[clusters.dc2]
+bootstrap_servers = ["k2:9093"]
+client_id = "mirror-dc2"
+security_protocol = "PLAINTEXT"
+"""
+
+
+def test_defaults_apply_to_every_cluster_and_to_a_bare_address(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, DEFAULTS), env={"PARTSYNC_TEST_SASL": "s3cret"})
+    dc1, dc2 = cfg.resolve("dc1"), cfg.resolve("dc2")
+    assert dc1.client_id == "mirror" and dc1.security.sasl_mechanism == "SCRAM-SHA-512"
+    assert dc1.security.sasl_plain_password == "s3cret"
+    # A cluster's own keys win.
+    assert dc2.client_id == "mirror-dc2" and dc2.security.security_protocol == "PLAINTEXT"
+    bare = cfg.resolve("k9.example:9093")
+    assert bare.bootstrap_servers == (("k9.example", 9093),)
+    assert bare.security.security_protocol == "SASL_SSL" and bare.client_id == "mirror"
+    assert "s3cret" not in repr(bare)  # secrets stay out of repr (and so out of logs)
+
+
+def test_defaults_errors_name_the_file_and_the_table(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, '[defaults]\nbootstrap_servers = ["x:1"]\n'))
+    assert "partsync.toml: [defaults]: unknown key(s) bootstrap_servers" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, DEFAULTS), env={})
+    assert "partsync.toml: [clusters.dc1] (with [defaults]): environment variable " in str(
+        exc.value
+    )
+    cfg = load_config(write(tmp_path, "[defaults]\nssl_check_hostname = 1\n"))
+    with pytest.raises(ConfigError, match=r"cluster h:1 \(with \[defaults\]\): ssl_check_hostname"):
+        cfg.resolve("h:1")
