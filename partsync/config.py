@@ -46,6 +46,8 @@ _CLUSTER_KEYS = {
     "sasl_plain_username",
     "sasl_plain_password_env",
     "max_bytes_per_sec",
+    "request_timeout_ms",
+    "connect_timeout_ms",
 }
 _TOP_KEYS = {"local", "clusters", "defaults"}
 # What [defaults] may set for every cluster (a cluster's own table wins, key by key).
@@ -84,6 +86,9 @@ class ClusterRef:
     client_id: str = "partsync"
     security: Security = field(default_factory=Security)
     max_bytes_per_sec: int | None = None
+    # How long a broker may take to answer a request, and to accept a connection (and TLS).
+    request_timeout_ms: int = 30_000
+    connect_timeout_ms: int = 30_000
 
     @property
     def bootstrap(self) -> str:
@@ -201,6 +206,12 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
     # bool is an int subclass: `true` must not become 1 byte/s.
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
         raise ConfigError(f"{where}: max_bytes_per_sec must be a positive integer")
+    timeouts = {}
+    for key in ("request_timeout_ms", "connect_timeout_ms"):
+        ms = table.get(key, 30_000)
+        if isinstance(ms, bool) or not isinstance(ms, int) or not 100 <= ms <= 3_600_000:
+            raise ConfigError(f"{where}: {key} must be milliseconds from 100 to 3600000")
+        timeouts[key] = ms
     security = Security(
         security_protocol=protocol,
         ssl_cafile=table.get("ssl_cafile"),
@@ -218,6 +229,7 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         client_id=str(table.get("client_id", "partsync")),
         security=security,
         max_bytes_per_sec=rate,
+        **timeouts,
     )
 
 

@@ -210,7 +210,10 @@ class BrokerConnection:
         security: Security | None = None,
         timeout: float = 30.0,
         socket_buffer_bytes: int = 4 << 20,
+        connect_timeout: float | None = None,
     ) -> None:
+        """``timeout``: seconds each read or write may take; ``connect_timeout``: for the TCP
+        connection and the TLS handshake (default ``timeout``)."""
         self.host = host
         self.port = port
         self.cluster = cluster
@@ -230,7 +233,7 @@ class BrokerConnection:
         # step with its pending requests and must be replaced, never reused.
         self.closed = False
         try:
-            sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=connect_timeout or timeout)
         except OSError as e:
             raise ClusterError(
                 f"cannot connect to broker {host}:{port}: {e.strerror or e}", cluster=cluster
@@ -250,6 +253,7 @@ class BrokerConnection:
                 raise ClusterError(
                     f"TLS handshake with {host}:{port} failed: {e}", cluster=cluster
                 ) from e
+        sock.settimeout(timeout)
         self._sock = sock
         self._rfile = sock.makefile("rb", buffering=1 << 20)
         try:

@@ -82,10 +82,11 @@ class TopicInfo:
 
 
 class Cluster:
-    def __init__(self, ref: ClusterRef, *, timeout: float = 30.0) -> None:
+    def __init__(self, ref: ClusterRef, *, timeout: float | None = None) -> None:
+        """``timeout``: seconds a request may take (default: the cluster's request_timeout_ms)."""
         self.ref = ref
         self.name = ref.name
-        self.timeout = timeout
+        self.timeout = ref.request_timeout_ms / 1000 if timeout is None else timeout
         self._lock = threading.Lock()
         self._conns: dict[Hashable, Connection] = {}
         # Shared writers and fetch lanes, by kind and broker (and lane number).
@@ -118,6 +119,7 @@ class Cluster:
             client_id=client_id or self.ref.client_id,
             security=self.ref.security,
             timeout=self.timeout if timeout is None else timeout,
+            connect_timeout=self.ref.connect_timeout_ms / 1000,
         )
 
     def _bootstrap_conn(self) -> Connection:

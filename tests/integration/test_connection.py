@@ -171,3 +171,27 @@ def test_shared_fetch_lanes_are_kept_per_broker_and_lane_and_replaced_when_idle(
         reply = fresh.submit(topic, 0, 0, 1 << 16).result(10)
         assert reply is not None and reply.partition is not None
         assert reply.partition.error_code == 0 and reply.partition.high_watermark == 0
+
+
+def test_request_timeout_ms_bounds_a_broker_that_accepts_and_never_answers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A hung broker must not hold a run for the default 30 s per request when the config says
+    # less: the run ends, with an error naming the cluster, well inside this test's limit.
+    import socket
+    import subprocess
+    import sys
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepted by the kernel, never read
+    port = silent.getsockname()[1]
+    cfg = tmp_path / "partsync.toml"
+    cfg.write_text(f'[clusters.hung]\nbootstrap_servers = ["127.0.0.1:{port}"]\n'
+                   "request_timeout_ms = 300\n")  # fmt: skip
+    try:
+        done = subprocess.run([sys.executable, "-m", "partsync", "--config", str(cfg), "plan",
+                               "--topic", "t", "--sources", "hung", "--local", "127.0.0.1:1"],
+                              capture_output=True, text=True, timeout=25, check=False)  # fmt: skip
+    finally:
+        silent.close()
+    assert done.returncode == 1, done.stderr
+    assert "hung" in done.stderr

@@ -476,3 +476,19 @@ def test_defaults_errors_name_the_file_and_the_table(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "[defaults]\nssl_check_hostname = 1\n"))
     with pytest.raises(ConfigError, match=r"cluster h:1 \(with \[defaults\]\): ssl_check_hostname"):
         cfg.resolve("h:1")
+
+
+def test_timeouts_are_client_settings_checked_and_used(tmp_path: Path) -> None:
+    from partsync.io.cluster import Cluster
+
+    cfg = load_config(write(tmp_path, "[defaults]\nrequest_timeout_ms = 5000\n"
+                                      '[clusters.a]\nbootstrap_servers = ["h:1"]\n'
+                                      "connect_timeout_ms = 2500\n"))  # fmt: skip
+    a = cfg.resolve("a")
+    assert (a.request_timeout_ms, a.connect_timeout_ms) == (5000, 2500)
+    assert cfg.resolve("h:2").connect_timeout_ms == 30_000  # the built-in default
+    assert Cluster(a).timeout == 5.0  # each request's time limit, unless a call gives its own
+    for bad in ("0", "true", '"5s"', "3600001"):
+        with pytest.raises(ConfigError, match=r"\[clusters.b\]: request_timeout_ms must be"):
+            load_config(write(tmp_path, f'[clusters.b]\nbootstrap_servers = ["h:1"]\n'
+                                        f"request_timeout_ms = {bad}\n"))  # fmt: skip
