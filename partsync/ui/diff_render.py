@@ -267,7 +267,26 @@ def _part_html(p: PartitionDiff, clusters: Sequence[str], topic: TopicDiff) -> s
     table = ('<table class="nums"><tr><th>cluster</th><th>log start</th><th>high watermark</th>'
              f'<th>lag</th></tr>{rows}</table>')  # fmt: skip
     reason = f'<div class="reason">{_esc(p.reason)}</div>' if p.reason else ""
-    return f'<div class="part"><h3>{head}</h3>{reason}{_svg(p, clusters)}{table}</div>'
+    return (f'<div class="part s-{_esc(status)}"><h3>{head}</h3>{reason}{_svg(p, clusters)}'
+            f"{table}</div>")  # fmt: skip
+
+
+_RANK = {"divergent": 0, "error": 1, "unreachable": 1, "lagging": 2, "identical": 3}
+_ORDER = ("identical", "lagging", "divergent", "unreachable", "error")
+
+
+def _topics_table(report: DiffReport) -> str:
+    """One row per topic: its partitions by status (the page's first table, before any
+    partition's detail, which can run to thousands)."""
+    head = "".join(f"<th>{s}</th>" for s in _ORDER)
+    rows = []
+    for tp in report.topics:
+        c: Counter[str] = Counter(display_status(p) for p in tp.partitions)
+        cells = "".join(f"<td>{c[s] or ''}</td>" for s in _ORDER)
+        rows.append(f"<tr><td>{_esc(tp.topic)}</td><td>{_esc(tp.status.value)}</td>"
+                    f"<td>{len(tp.partitions)}</td>{cells}</tr>")  # fmt: skip
+    return ('<table class="nums"><tr><th>topic</th><th>status</th><th>partitions</th>'
+            f"{head}</tr>{''.join(rows)}</table>")  # fmt: skip
 
 
 def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> str:
@@ -299,14 +318,23 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
             "offset</span><span>? unreachable cluster (no data)</span></div>"
         ),
     ]
+    body.append(_topics_table(report))
+    # A filter without script (the page stays self-contained and inert): checked, the CSS
+    # hides identical partitions.
+    body.append('<input type="checkbox" id="only-problems"><label for="only-problems" '
+                'class="filter"> show only partitions that are not identical</label>'
+                '<div class="parts">')  # fmt: skip
     for tp in report.topics:
         body.append(f"<h2>topic {_esc(tp.topic)} "
                     f'<span class="badge" style="background:{_COLOR.get(tp.status.value, "#59636e")}">'
                     f"{_esc(tp.status.value)}</span></h2>")  # fmt: skip
         if tp.reason:
             body.append(f'<div class="topicnote">{_esc(tp.reason)}</div>')
-        for p in sorted(tp.partitions, key=lambda p: p.partition):
+        # Problems first: divergent, then unreadable, then lagging, then identical.
+        for p in sorted(tp.partitions, key=lambda p: (_RANK.get(display_status(p), 1),
+                                                      p.partition)):  # fmt: skip
             body.append(_part_html(p, report.clusters, tp))
+    body.append("</div>")
     defs = ('<svg width="0" height="0" style="position:absolute"><defs><pattern id="lag" '
             'width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
             '<rect width="6" height="6" fill="#fff1c2"/><line x1="0" y1="0" x2="0" y2="6" '

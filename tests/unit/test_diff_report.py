@@ -174,3 +174,23 @@ def test_html_escapes_cluster_names() -> None:
                              first_divergent_offset=1, disagreeing=("c&d",)),))  # fmt: skip
     page = diff_html(report(t, clusters=('a"<b>', "c&d")))
     assert '<b>"' not in page and "a&quot;&lt;b&gt;" in page and "c&amp;d" in page
+
+
+def test_html_at_1000_partitions_summary_first_problems_first_and_a_filter() -> None:
+    parts = [part(p, S.IDENTICAL) for p in range(1000)]
+    parts[700] = part(700, S.DIVERGENT, first_divergent_offset=5, disagreeing=("dc2",),
+                      reason="records differ at offset 5")  # fmt: skip
+    parts[3] = part(3, S.LAGGING, clusters={"dc1": Bounds(0, 100), "dc2": Bounds(0, 60)})
+    t = TopicDiff("big", tuple(parts), {"dc1": 1000, "dc2": 1000})
+    page = diff_html(report(t), generated=dt.datetime(2026, 1, 2, tzinfo=dt.UTC))
+    # The per-topic table comes before any partition's detail, with the counts by status.
+    table = page.index("<th>topic</th>")
+    assert table < page.index('class="part ')
+    assert "<td>big</td><td>divergent</td><td>1000</td><td>998</td><td>1</td><td>1</td>" in page
+    # Problems first: the divergent partition, then the lagging one, then partition 0.
+    order = [int(m) for m in re.findall(r"/ partition (\d+)", page)]
+    assert order[:3] == [700, 3, 0] and len(order) == 1000
+    # The filter hides identical partitions with CSS alone (no script in the page).
+    assert 'id="only-problems"' in page and page.count('class="part s-identical"') == 998
+    assert "#only-problems:checked ~ .parts .s-identical{display:none}" in page
+    assert "<script" not in page
