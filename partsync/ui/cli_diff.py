@@ -152,6 +152,7 @@ def diff(
     from partsync.plan.diff_model import DiffOptions, DiffRequest, Level
     from partsync.run.diff import diff_topics
     from partsync.ui.diff_render import diff_html, diff_notes, diff_summary, diff_table
+    from partsync.ui.render import print_table
 
     for t in topics:
         if not t.strip():
@@ -184,7 +185,7 @@ def diff(
     if as_json:
         emit_json(report.to_dict())
     else:
-        Console().print(diff_table(report))
+        print_table(diff_table(report))
         for note in diff_notes(report):
             stderr.print(note, highlight=False, markup=False)
         stderr.print(diff_summary(report), highlight=False, markup=False)

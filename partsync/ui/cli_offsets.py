@@ -4,8 +4,7 @@ core (``partsync.run.offsets``), render."""
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from partsync.config import check_files
 from partsync.errors import UsageError
@@ -18,6 +17,7 @@ from partsync.ui.cli_common import (
     emit_json,
     stderr,
 )
+from partsync.ui.render import WordTable, print_table
 
 __all__ = ["offsets"]
 
@@ -65,12 +65,12 @@ def offsets(
     if as_json:
         emit_json(report.to_dict())
     else:
-        table = Table("group", "topic", "partition", "source offset", "local offset", "status")
+        table = WordTable("group", "topic", "partition", "source offset", "local offset", "status")
         for g in report.groups:
             for p in g.partitions:
-                table.add_row(g.group, p.topic, str(p.partition), _num(p.source_offset),
+                table.add_row(escape(g.group), p.topic, str(p.partition), _num(p.source_offset),
                               _num(p.local_offset), p.status)  # fmt: skip
-        Console().print(table)
+        print_table(table)
         for g in report.groups:
             if g.reason:
                 stderr.print(f"{g.status}: group {g.group}: {g.reason}", markup=False,

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-from rich.console import Console
 
 from partsync.config import check_files
 from partsync.copy.options import PARALLELISM, CopyOptions
@@ -57,7 +56,7 @@ def plan(
     from partsync.io.pool import ClusterPool
     from partsync.run.planner import plan_topics, resolve_topics
     from partsync.run.sync import plan_exit_status
-    from partsync.ui.render import plan_notes, plan_table
+    from partsync.ui.render import plan_notes, plan_table, print_table
 
     req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), sources, local,
                         partitions, chunk_offsets, create_missing,
@@ -72,7 +71,7 @@ def plan(
     if as_json:
         emit_json({"topics": [tp.to_dict() for tp in plans]})
     else:
-        Console().print(plan_table(plans))
+        print_table(plan_table(plans))
         for note in plan_notes(plans):
             stderr.print(note, highlight=False, markup=False)
         for tp in plans:
@@ -342,7 +341,13 @@ def sync(
     from partsync.run.planner import apply_topic_changes, plan_topics, resolve_topics
     from partsync.run.runner import RunOptions
     from partsync.run.sync import default_group, run_job
-    from partsync.ui.render import CopyProgress, report_notes, report_table, summary_line
+    from partsync.ui.render import (
+        CopyProgress,
+        print_table,
+        report_notes,
+        report_table,
+        summary_line,
+    )
 
     if engine == "spark" and (follow or group):
         raise UsageError(
@@ -469,7 +474,7 @@ def sync(
             doc["error"] = error_doc("group", str(outcome.fatal), code, **outcome.fatal.to_dict())
         emit_json(doc)
     else:
-        Console().print(report_table(report))
+        print_table(report_table(report))
         for note in report_notes(report):
             stderr.print(note, highlight=False, markup=False)
         for tr in report.topics:

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from partsync.plan.comparator import Bounds
 from partsync.plan.diff_model import DiffReport, DiffStatus, PartitionDiff, TopicDiff
-from partsync.ui.render import human_bytes
+from partsync.ui.render import WordTable, human_bytes
 
 __all__ = ["diff_html", "diff_notes", "diff_summary", "diff_table", "display_status"]
 
@@ -65,7 +65,7 @@ def diff_table(report: DiffReport) -> Table:
     """One row per partition: status, common range, each cluster's range (lag, ✗ = disagrees,
     ? = unreachable), the first divergent offset. Who disagrees and why goes in ``diff_notes``
     below it."""
-    t = Table(
+    t = WordTable(
         title=f"partsync diff ({report.level.value} level; ranges are [log start, high "
         "watermark), -N = lag, ✗ = disagrees, ? = unreachable)",
         title_justify="left",

@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from partsync.plan.comparator import Chunk, PartitionPlan
 from partsync.plan.results import Status, SyncReport
@@ -35,6 +39,61 @@ _STATUS_STYLE = {
     "handed-over": "cyan",
     "stopped": "yellow",
 }
+
+
+class WordTable(Table):
+    """A table that never splits a word: each column is at least as wide as the longest word
+    in it (a number, a range like ``8933..18933``, a header word), so a narrow terminal wraps
+    cells between words, never inside one. Too narrow even for that, ``print_table`` shows
+    each row as a block of ``header: value`` lines instead (nothing cut, nothing split)."""
+
+    def __init__(self, *headers: Any, **kw: Any) -> None:
+        self.records: list[tuple[Any, ...]] = []
+        super().__init__(*headers, **kw)
+
+    def add_column(self, header: Any = "", *args: Any, **kw: Any) -> None:
+        super().add_column(header, *args, **kw)
+        self._widen(self.columns[-1], header)
+
+    def add_row(self, *renderables: Any, **kw: Any) -> None:
+        super().add_row(*renderables, **kw)
+        self.records.append(renderables)
+        for column, cell in zip(self.columns, renderables, strict=False):
+            self._widen(column, cell)
+
+    def print_records(self, console: Console) -> None:
+        if self.title:
+            console.print(Text.from_markup(str(self.title)))
+        for row in self.records:
+            console.print()
+            for column, cell in zip(self.columns, row, strict=False):
+                line = Text(str(column.header), style="bold") + Text(": ")
+                line += Text.from_markup(cell) if isinstance(cell, str) else Text(str(cell))
+                console.print(line)
+
+    @staticmethod
+    def _widen(column: Column, cell: Any) -> None:
+        if isinstance(cell, str):
+            cell = Text.from_markup(cell)
+        if isinstance(cell, Text):
+            longest = max((cell_len(w) for w in cell.plain.split()), default=0)
+            column.min_width = max(column.min_width or 0, longest)
+
+
+def print_table(table: Table, console: Console | None = None) -> None:
+    """Print on a terminal at its width (as records when even the narrowest table is wider);
+    anywhere else (a pipe, a file) whole, at the table's natural width, so nothing is cut or
+    wrapped."""
+    console = console or Console()
+    unbounded = console.options.update_width(1 << 20)
+    need = Measurement.get(console, unbounded, table)
+    if not console.is_terminal:
+        width = max(console.width, need.maximum)
+        console = Console(file=console.file, width=width, color_system=None)
+    elif isinstance(table, WordTable) and need.minimum > console.width:
+        table.print_records(console)
+        return
+    console.print(table)
 
 
 def human_bytes(n: float) -> str:
@@ -71,7 +130,7 @@ def plan_table(plans: Sequence[TopicPlan]) -> Table:
             for s in p.sources:
                 if s not in sources:
                     sources.append(s)
-    t = Table(title="partsync plan", title_justify="left")
+    t = WordTable(title="partsync plan", title_justify="left")
     t.add_column("topic")
     t.add_column("part", justify="right")
     t.add_column("local [start, end)")
@@ -120,7 +179,7 @@ def _plan_row(p: PartitionPlan, sources: list[str]) -> list[str]:
 
 def report_table(report: SyncReport) -> Table:
     """One row per partition; long reasons go in ``report_notes`` below the table."""
-    t = Table(title="partsync sync", title_justify="left")
+    t = WordTable(title="partsync sync", title_justify="left")
     for col, just in (
         ("topic", "left"),
         ("part", "right"),
@@ -131,7 +190,7 @@ def report_table(report: SyncReport) -> Table:
         ("copied", "right"),
         ("by source", "left"),
     ):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+        t.add_column(col, justify=just, overflow="fold")
     for tr in report.topics:
         for p in sorted(tr.partitions, key=lambda r: r.partition):
             by = ", ".join(f"{s} {human_bytes(n)}" for s, n in p.bytes_by_source.items())
