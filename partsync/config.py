@@ -162,17 +162,24 @@ def _env_secret(where: str, env_var: Any, env: Mapping[str, str]) -> str:
     return env[env_var]
 
 
+def _check_table(
+    table: Any, known: set[str], where: str, hint: str = "", kind: str = "key(s)"
+) -> None:
+    """A table (not a value) with only ``known`` keys; errors name ``where``."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown {kind} {', '.join(unknown)} (known: {', '.join(sorted(known))}"
+            f"{hint})"
+        )
+
+
 def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = None) -> ClusterRef:
     """``where``: the table errors name (default ``[clusters.NAME]``)."""
     where = where or f"[clusters.{name}]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    unknown = sorted(set(table) - _CLUSTER_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(_CLUSTER_KEYS))})"
-        )
+    _check_table(table, _CLUSTER_KEYS, where)
     servers = table.get("bootstrap_servers")
     if isinstance(servers, str):
         servers = [s for s in servers.split(",") if s.strip()]
@@ -238,20 +245,10 @@ def parse_config(
 ) -> Config:
     env = os.environ if env is None else env
     where = str(path) if path else "config"
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown top-level key(s) {', '.join(unknown)} (known: clusters, local)"
-        )
+    _check_table(data, _TOP_KEYS, where, kind="top-level key(s)")
     defaults = data.get("defaults", {})
-    if not isinstance(defaults, dict):
-        raise ConfigError(f"{where}: [defaults] must be a table")
-    unknown = sorted(set(defaults) - _DEFAULT_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: [defaults]: unknown key(s) {', '.join(unknown)} (known: "
-            f"{', '.join(sorted(_DEFAULT_KEYS))}; bootstrap_servers belongs to each cluster)"
-        )
+    _check_table(defaults, _DEFAULT_KEYS, f"{where}: [defaults]",
+                 "; bootstrap_servers belongs to each cluster")  # fmt: skip
     tables = data.get("clusters", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")

@@ -200,7 +200,7 @@ def test_unknown_top_level_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(path, env={})
     msg = str(exc.value)
-    assert "unknown top-level key(s) lokal" in msg
+    assert "unknown top-level key(s) lokal (known: clusters, defaults, local)" in msg
     assert str(path) in msg
 
 
