@@ -136,9 +136,12 @@ class TopicArgs:
         """A ``TopicSelection``, or None with only named topics (nothing to resolve)."""
         from partsync.plan.topic_select import TopicSelection, compile_patterns
 
+        if not self.named and not self.patterns:  # --exclude alone selects nothing either
+            raise UsageError("no topic: give --topic or --topic-pattern")
+        for t in self.named:
+            if not t.strip():
+                raise UsageError("empty topic name")
         if not self.patterns and not self.excludes:
-            if not self.named:
-                raise UsageError("no topic: give --topic or --topic-pattern")
             return None
         return TopicSelection(tuple(dict.fromkeys(self.named)),
                               compile_patterns(self.patterns, "--topic-pattern"),
@@ -232,7 +235,7 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_request(
     ctx: Ctx,
-    topics: tuple[str, ...] | TopicArgs,
+    topics: TopicArgs,
     sources: str,
     local: str | None,
     partitions: str | None,
@@ -251,18 +254,9 @@ def build_request(
         raise UsageError(f"cluster {loc.name} is both a source and the local cluster")
     for ref in (*srcs, loc):
         check_files(ref)
-    selection = None
-    if isinstance(topics, TopicArgs):
-        selection = topics.selection()
-        topics = topics.named
-    for t in topics:
-        if not t.strip():
-            raise UsageError("empty topic name")
-    if not topics and selection is None:
-        raise UsageError("no topic: give --topic or --topic-pattern")
     return SyncRequest(
-        selection=selection,
-        topics=tuple(dict.fromkeys(topics)),
+        selection=topics.selection(),
+        topics=tuple(dict.fromkeys(topics.named)),
         sources=tuple(srcs),
         local=loc,
         partitions=parse_partitions(partitions),

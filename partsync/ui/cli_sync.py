@@ -417,7 +417,7 @@ def sync(
         if not as_json and total and stderr.is_terminal:
             # Before the first bytes: a one-shot run joins its group (Kafka may hold a new
             # group's first join for seconds), and every run fences before it writes.
-            phase = "joining group" if (follow or not no_group) and engine == "local" else "fencing"
+            phase = "joining group" if not no_group and engine == "local" else "fencing"
             progress = CopyProgress(stderr, total, phase)
             progress.start(
                 {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions},

@@ -97,3 +97,9 @@ def test_a_long_error_stays_one_line_at_80_columns(
     )
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(lines) == 1 and long in lines[0], lines
+
+
+def test_exclude_without_any_topic_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = raw_main(["plan", "--exclude", "x.*", "--sources", NOBODY, "--local", "127.0.0.1:2"])
+    assert code is ExitStatus.USAGE
+    assert "give --topic or --topic-pattern" in _words(capsys.readouterr().err)
