@@ -27,6 +27,7 @@ from partsync._kafka.connection import (
     PROBE_WAIT_MS,
     TXN_KEY,
 )
+from partsync._kafka.probe_requests import AclEntry
 from partsync._kafka.requests import (
     THROTTLE_WAIT_LIMIT_S,
     BrokerInfo,
@@ -54,6 +55,7 @@ __all__ = [
     "THROTTLE_WAIT_LIMIT_S",
     "TXN_KEY",
     "UNKNOWN_OUTCOME_CODES",
+    "AclEntry",
     "BrokerInfo",
     "CommittedOffset",
     "Connection",

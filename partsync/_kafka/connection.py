@@ -9,6 +9,7 @@ kafka-python's event loop. The typed requests are in ``requests.py`` and ``group
 """
 
 import collections
+import logging
 import select
 import socket
 import ssl
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Self
 
 from kafka.net.sasl import get_sasl_mechanism
+from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
+from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.admin.topics import (
@@ -121,11 +124,31 @@ _PREFERRED = {
     "OffsetFetch": (OffsetFetchRequest, OffsetFetchResponse, 1, 7),
     "OffsetCommit": (OffsetCommitRequest, OffsetCommitResponse, 2, 8),
     "DescribeGroups": (DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
+    # ``partsync check`` only: what this client may do (KIP-430), and the ACLs where permitted.
+    "DescribeCluster": (DescribeClusterRequest, DescribeClusterResponse, 0, 1),
+    "DescribeAcls": (DescribeAclsRequest, DescribeAclsResponse, 1, 3),
     "SaslHandshake": (SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
     "SaslAuthenticate": (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
 }
 
 _SIZE = struct.Struct(">i")
+
+log = logging.getLogger(__name__)
+
+
+class _NotInTheClear(logging.Filter):
+    """kafka-python warns "in the clear" at every SASL connection without TLS (SCRAM too,
+    whose password never crosses the wire): hundreds of lines in a run. partsync warns once
+    per cluster instead, and only where a password does cross (PLAIN)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "in the clear" not in record.getMessage()
+
+
+for _name in ("kafka.net.sasl.plain", "kafka.net.sasl.scram"):
+    logging.getLogger(_name).addFilter(_NotInTheClear())
+_warned_plain: set[str] = set()
+_warned_lock = threading.Lock()
 
 
 def _encode_framed_into(request: Any, out: EncodeBuffer) -> None:
@@ -229,6 +252,8 @@ class BrokerConnection:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
         self._versions: dict[str, int] = {}
+        # ApiVersions' answer: (min, max) version by API key.
+        self.offered: dict[int, tuple[int, int]] = {}
         # Set once the socket is closed (by us or after an I/O error): the connection is out of
         # step with its pending requests and must be replaced, never reused.
         self.closed = False
@@ -466,6 +491,7 @@ class BrokerConnection:
         resp = self.receive()
         raise_for_code(resp.error_code, "ApiVersions", cluster=self.cluster)
         offered = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        self.offered = offered
         for api, (req_cls, _resp, lo, hi) in _PREFERRED.items():
             rng = offered.get(req_cls.API_KEY)
             if rng is None:
@@ -483,6 +509,13 @@ class BrokerConnection:
 
     def _authenticate(self) -> None:
         sec = self._security
+        if sec.sasl_mechanism == "PLAIN" and not sec.uses_ssl:
+            with _warned_lock:
+                first = self.cluster not in _warned_plain
+                _warned_plain.add(self.cluster)
+            if first:
+                log.warning("cluster %s: SASL PLAIN without TLS sends the password unencrypted "
+                            "(use SASL_SSL, or SCRAM)", self.cluster)  # fmt: skip
         resp = self.call("SaslHandshake", SaslHandshakeRequest(mechanism=sec.sasl_mechanism))
         raise_for_code(
             resp.error_code, f"SASL handshake ({sec.sasl_mechanism})", cluster=self.cluster

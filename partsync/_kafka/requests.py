@@ -19,6 +19,7 @@ from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.codes import raise_for_code
 from partsync._kafka.connection import CONSUMER_REPLICA, BrokerConnection
 from partsync._kafka.group_requests import BrokerInfo, CommittedOffset, GroupRequests, JoinResult
+from partsync._kafka.probe_requests import ProbeRequests
 from partsync._kafka.raw import Buffer, Parts, decode_fetch_response, produce_request_parts
 from partsync.errors import ClusterError
 
@@ -124,7 +125,7 @@ def _fetch_request(
     )
 
 
-class Connection(BrokerConnection, GroupRequests, AdminRequests):
+class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
     """A broker connection with partsync's typed requests."""
 
     def metadata(self, topics: list[str] | None) -> Metadata:

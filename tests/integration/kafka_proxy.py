@@ -26,9 +26,9 @@ So tests put this proxy between partsync and the broker:
 Single-broker clusters only (both test brokers are single nodes): a proxy forwards every
 connection to one upstream broker, so a Metadata response listing more than one broker is
 reported in :attr:`StrictProxy.errors` and passed through unchanged. FindCoordinator responses
-(group and transaction coordinators, since fencing) are rewritten the same way. Responses that
-advertise cluster nodes (DescribeCluster) are not rewritten and are reported the same way, so a
-client can never silently go around the proxy.
+(group and transaction coordinators, since fencing) and DescribeCluster responses (``partsync
+check``) are rewritten the same way; a response that cannot be is reported, so a client can
+never silently go around the proxy.
 
 Use from a test module (the fixture is found when imported into the module's namespace)::
 
@@ -66,6 +66,7 @@ with warnings.catch_warnings():
     import kafka.protocol.consumer
     import kafka.protocol.metadata
     import kafka.protocol.producer  # noqa: F401
+    from kafka.protocol.admin.cluster import DescribeClusterResponse
     from kafka.protocol.api_header import ResponseClassRegistry
     from kafka.protocol.api_key import ApiKey
     from kafka.protocol.consumer.fetch import FetchRequest
@@ -92,10 +93,12 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
-# Responses carrying broker addresses this proxy does not rewrite.
 FIND_COORDINATOR = 10
 DELETE_RECORDS = 21
-_UNREWRITTEN_ADDRESSES = {60: "DescribeCluster"}
+DESCRIBE_CLUSTER = 60
+# Responses carrying broker addresses this proxy does not rewrite (none left: kept so that an
+# API added here later is reported rather than let through).
+_UNREWRITTEN_ADDRESSES: dict[int, str] = {}
 _MAX_FRAME = 256 << 20
 
 # Record batch v2 header (see shared KAFKA-FACTS.md); parsed here independently of partsync.
@@ -406,6 +409,20 @@ def rewrite_find_coordinator_response(
     for c in getattr(resp, "coordinators", None) or [resp]:
         if c.error_code == 0:
             c.host, c.port = host, port
+    return bytes(resp.encode(header=True)), None
+
+
+def rewrite_describe_cluster_response(
+    frame: bytes, version: int, host: str, port: int
+) -> tuple[bytes, str | None]:
+    """Advertise ``host:port`` as the (single) broker of DescribeCluster (``partsync check``)."""
+    resp = DescribeClusterResponse.decode(frame, version=version, header=True)
+    if bytes(resp.encode(header=True)) != bytes(frame):
+        return frame, f"DescribeCluster v{version} does not re-encode to the same bytes"
+    if len(resp.brokers) > 1:
+        return frame, f"DescribeCluster v{version} lists {len(resp.brokers)} brokers"
+    for b in resp.brokers:
+        b.host, b.port = host, port
     return bytes(resp.encode(header=True)), None
 
 
@@ -833,8 +850,10 @@ class StrictProxy:
                 else:
                     self.metadata_rewritten += 1
             return new, 0.0
-        if api_key == FIND_COORDINATOR:
-            new, problem = rewrite_find_coordinator_response(frame, version, self.host, self.port)
+        if api_key in (FIND_COORDINATOR, DESCRIBE_CLUSTER):
+            rewrite = (rewrite_find_coordinator_response if api_key == FIND_COORDINATOR
+                       else rewrite_describe_cluster_response)  # fmt: skip
+            new, problem = rewrite(frame, version, self.host, self.port)
             if problem:
                 self._error(problem)
             return new, 0.0
