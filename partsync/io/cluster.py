@@ -431,6 +431,11 @@ class Cluster:
             self._bootstrap_next += 1
             raise
 
+    def ask(self, fn: Callable[[Connection], _T]) -> _T:
+        """``fn`` over the bootstrap connection: a one-off question any broker can answer
+        (``partsync check``'s probes)."""
+        return self._bootstrap_call(fn)
+
     def metadata(self, refresh: bool = False) -> Metadata:
         if self._metadata is None or refresh:
             self._metadata = self._bootstrap_call(lambda c: c.metadata(None))

@@ -15,6 +15,7 @@ import click
 from rich.markup import escape
 
 from partsync.errors import ExitStatus, PartsyncError
+from partsync.ui.cli_check import check
 from partsync.ui.cli_common import (
     EXIT_CODES_HELP,
     Ctx,
@@ -58,7 +59,7 @@ def cli(click_ctx: click.Context, config_path: str | None, verbose: int) -> None
     click_ctx.obj = Ctx(config_path)
 
 
-for _command in (plan, sync, demo, diff, offsets):
+for _command in (plan, sync, check, demo, diff, offsets):
     cli.add_command(_command)
 
 

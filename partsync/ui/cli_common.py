@@ -26,6 +26,7 @@ __all__ = [
     "config_option",
     "emit_json",
     "selection_options",
+    "selection_options_any_sources",
     "stderr",
 ]
 
@@ -149,6 +150,17 @@ class TopicArgs:
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that say what a run syncs (plan, sync)."""
+    return _with_selection_options(f, sources_required=True)
+
+
+def selection_options_any_sources(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``selection_options`` with --sources optional, for a command that has another way to
+    name its sources (check's --clusters)."""
+    return _with_selection_options(f, sources_required=False)
+
+
+def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Callable[..., Any]:
     options = [
         click.option(
             "--topic",
@@ -176,7 +188,8 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--sources",
-            required=True,
+            required=sources_required,
+            default=None,
             metavar="A,B",
             help="Comma-separated source clusters. " + CLUSTER_HELP,
         ),

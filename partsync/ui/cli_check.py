@@ -1,0 +1,150 @@
+"""``partsync check``: what a sync needs from each cluster, and whether it has it. Parse, call
+the core (``partsync.run.check``), render."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from partsync.errors import UsageError
+from partsync.ui.cli_common import (
+    CLUSTER_HELP,
+    Ctx,
+    Exit,
+    TopicArgs,
+    build_request,
+    config_option,
+    emit_json,
+    selection_options_any_sources,
+    stderr,
+)
+from partsync.ui.render import WordTable, print_table
+
+__all__ = ["check"]
+
+CHECK_EXIT_HELP = """\b
+Exit codes:
+  0  every cluster answered and has what the run needs (some rights may be unknown: a broker
+     that does not report them, or ACLs this client may not read)
+  1  a cluster is unreachable, or something the run needs is missing
+  2  usage or configuration error
+"""
+
+
+@click.command(epilog=CHECK_EXIT_HELP)
+@selection_options_any_sources
+@click.option(
+    "--clusters",
+    default=None,
+    metavar="A,B",
+    help="Clusters to check, as the run would use them: the local cluster (--local, or `local` "
+    "in the config file) if listed, the others as sources. " + CLUSTER_HELP,
+)
+@click.option("--group", default=None, metavar="NAME",
+              help="The group sync would join (default: partsync.<topics>).")  # fmt: skip
+@click.option("--no-group", is_flag=True, help="The run uses --no-group: no group checks.")
+@click.option("--fencing/--no-fencing", default=True, show_default=True,
+              help="Whether the run fences (transactional ids 'partsync:<topic>:<partition>').")  # fmt: skip
+@config_option
+@click.pass_obj
+def check(
+    ctx: Ctx,
+    topics: tuple[str, ...],
+    topic_patterns: tuple[str, ...],
+    excludes: tuple[str, ...],
+    sources: str | None,
+    local: str | None,
+    partitions: str | None,
+    chunk_offsets: int,
+    on_retention_gap: str,
+    create_missing: bool,
+    add_partitions: bool,
+    as_json: bool,
+    clusters: str | None,
+    group: str | None,
+    no_group: bool,
+    fencing: bool,
+) -> None:
+    """Check that a sync can run: connect and authenticate to every cluster, and report what
+    the run needs and whether it has it. Writes nothing and fences nothing.
+
+    Give the same options as the sync you mean to run (`partsync sync ...` becomes `partsync
+    check ...`). For each cluster: the broker's protocol version (from ApiVersions) and number
+    of brokers; on sources, the topics and DESCRIBE/READ on them; on the local cluster, the
+    plan (what sync would copy or refuse, e.g. a local topic setting that breaks identity),
+    DESCRIBE/WRITE/DESCRIBE_CONFIGS on the topics (ALTER, DELETE or CREATE where the run would
+    grow, start or create one), the transaction coordinator and WRITE on the 'partsync:'
+    transactional ids (fencing), and the group coordinator and READ on the group. Rights come
+    from the brokers' authorized operations (Kafka 2.3+) and, for transactional ids, from the
+    ACLs where this client may read them; what cannot be known is reported as unknown.
+    """
+    from partsync.io.pool import ClusterPool
+    from partsync.run.check import CheckOptions, check_clusters
+    from partsync.run.planner import resolve_topics
+    from partsync.run.sync import default_group
+
+    if group is not None and no_group:
+        raise UsageError("--group and --no-group contradict each other")
+    source_list = _sources(ctx, sources, clusters, local)
+    req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), source_list, local,
+                        partitions, chunk_offsets, create_missing,
+                        on_retention_gap=on_retention_gap,
+                        add_partitions=add_partitions)  # fmt: skip
+    with ClusterPool() as pool:
+        req = resolve_topics(req, pool)
+        opts = CheckOptions(None if no_group else group or default_group(req.job_topics), fencing)
+        report = check_clusters(req, pool, opts)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        _render(report)
+    raise Exit(report.exit_status)
+
+
+def _sources(ctx: Ctx, sources: str | None, clusters: str | None, local: str | None) -> str:
+    """The run's sources: --sources, and --clusters less the local cluster."""
+    if not sources and not clusters:
+        raise UsageError("no clusters: give --sources (or --clusters)")
+    names = [n.strip() for n in (sources or "").split(",") if n.strip()]
+    if clusters:
+        loc = ctx.config.local_ref(local) if local or ctx.config.local else None
+        for n in (c.strip() for c in clusters.split(",") if c.strip()):
+            ref = ctx.config.resolve(n)
+            is_local = loc is not None and (ref.name == loc.name or ref.bootstrap == loc.bootstrap)
+            if not is_local and n not in names:
+                names.append(n)
+    if not names:
+        raise UsageError("no source cluster: --clusters names only the local cluster")
+    return ",".join(names)
+
+
+def _render(report: object) -> None:
+    from partsync.plan.preflight import CheckReport, Verdict
+
+    assert isinstance(report, CheckReport)
+    marks = {Verdict.OK: "[green]ok[/]", Verdict.MISSING: "[bold red]MISSING[/]",
+             Verdict.UNKNOWN: "[yellow]unknown[/]"}  # fmt: skip
+    table = WordTable("cluster", "role", "checked", "needs", "result", "why / seen")
+    for c in report.clusters:
+        if c.error is not None:
+            table.add_row(escape(c.name), c.role, "connection", "-", marks[Verdict.MISSING],
+                          escape(c.error))  # fmt: skip
+            continue
+        brokers = f"{c.brokers} broker{'s' if c.brokers != 1 else ''}"
+        table.add_row(escape(c.name), c.role, "connection", "-", marks[Verdict.OK],
+                      escape(f"{c.bootstrap}: Kafka {c.broker_version} protocol, {brokers}"))  # fmt: skip
+        for f in c.findings:
+            table.add_row(escape(c.name), c.role, escape(f.subject), f.need, marks[f.verdict],
+                          escape(f.detail))  # fmt: skip
+    print_table(table)
+    problems = [(c.name, f) for c in report.clusters for f in c.problems]
+    unreachable = [c.name for c in report.clusters if c.error is not None]
+    if report.ok:
+        stderr.print("ok: every cluster has what the run needs", highlight=False, markup=False)
+        return
+    what = []
+    if unreachable:
+        what.append(f"unreachable: {', '.join(unreachable)}")
+    if problems:
+        what.append(f"{len(problems)} missing")
+    stderr.print(f"not ready: {'; '.join(what)}", highlight=False, markup=False)

@@ -1,0 +1,85 @@
+"""How `partsync check` judges what brokers answered (partsync.plan.preflight): authorized
+operations, ACLs by Kafka's rules, and the report's exit status."""
+
+from __future__ import annotations
+
+from partsync.errors import ExitStatus
+from partsync.plan.preflight import (
+    SECURITY_DISABLED,
+    AclRule,
+    CheckReport,
+    ClusterCheck,
+    Finding,
+    Op,
+    Verdict,
+    acl_verdict,
+    ops_verdict,
+)
+
+ALLOW, DENY = 3, 2
+CLUSTER_AUTHORIZATION_FAILED = 31
+ME = "User:alice"
+
+
+def _acl(op: Op, permission: int = ALLOW, principal: str = ME, host: str = "*") -> AclRule:
+    return AclRule(principal, host, int(op), permission)
+
+
+def _verdict(rules: list[AclRule], op: Op = Op.WRITE, **kw: object) -> Verdict:
+    return acl_verdict(0, rules, ME, op, "transactional id x", "fencing", **kw).verdict  # type: ignore[arg-type]
+
+
+def test_authorized_operations() -> None:
+    assert ops_verdict(frozenset({Op.READ, Op.DESCRIBE}), Op.READ, "t", "why").verdict is Verdict.OK
+    missing = ops_verdict(frozenset({Op.DESCRIBE}), Op.READ, "topic t", "copying (Fetch)")
+    assert missing == Finding("topic t", "READ", Verdict.MISSING, "copying (Fetch): not authorized")
+    assert ops_verdict(frozenset({Op.ALL}), Op.WRITE, "t", "w").verdict is Verdict.OK
+    assert ops_verdict(None, Op.WRITE, "t", "w").verdict is Verdict.UNKNOWN
+    assert ops_verdict(frozenset(), Op.WRITE, "t", "w", super_user=True).verdict is Verdict.OK
+
+
+def test_acls_allow_deny_and_implied_operations() -> None:
+    assert _verdict([_acl(Op.WRITE)]) is Verdict.OK
+    assert _verdict([_acl(Op.ALL)]) is Verdict.OK
+    assert _verdict([_acl(Op.WRITE, principal="User:*")]) is Verdict.OK
+    # A DENY wins over any ALLOW, also one for ALL.
+    assert _verdict([_acl(Op.WRITE), _acl(Op.ALL, DENY)]) is Verdict.MISSING
+    assert _verdict([_acl(Op.ALL), _acl(Op.WRITE, DENY, principal="User:*")]) is Verdict.MISSING
+    # Another principal's rules do not count; nothing allowing it is denied.
+    assert _verdict([_acl(Op.WRITE, principal="User:bob")]) is Verdict.MISSING
+    assert _verdict([]) is Verdict.MISSING
+    # WRITE implies DESCRIBE (an ALLOW), but a DENY of WRITE does not deny DESCRIBE.
+    assert _verdict([_acl(Op.WRITE)], Op.DESCRIBE) is Verdict.OK
+    assert _verdict([_acl(Op.DESCRIBE), _acl(Op.WRITE, DENY)], Op.DESCRIBE) is Verdict.OK
+    assert _verdict([_acl(Op.DESCRIBE)], Op.WRITE) is Verdict.MISSING
+    # An ALLOW for one host may not be ours: not counted; a DENY for one host is.
+    assert _verdict([_acl(Op.WRITE, host="10.0.0.9")]) is Verdict.MISSING
+    assert _verdict([_acl(Op.WRITE), _acl(Op.WRITE, DENY, host="10.0.0.9")]) is Verdict.MISSING
+    # Kafka allows a super user before it looks at ACLs, a DENY included.
+    assert _verdict([], super_user=True) is Verdict.OK
+    assert _verdict([_acl(Op.ALL, DENY)], super_user=True) is Verdict.OK
+
+
+def test_acls_that_cannot_be_read() -> None:
+    no_authorizer = acl_verdict(SECURITY_DISABLED, [], ME, Op.WRITE, "s", "fencing")
+    assert no_authorizer.verdict is Verdict.OK and "no authorizer" in no_authorizer.detail
+    hidden = acl_verdict(CLUSTER_AUTHORIZATION_FAILED, [], ME, Op.WRITE, "s", "fencing")
+    assert hidden.verdict is Verdict.UNKNOWN and "DESCRIBE on the cluster" in hidden.detail
+    tls = acl_verdict(0, [_acl(Op.WRITE)], None, Op.WRITE, "s", "fencing")
+    assert tls.verdict is Verdict.UNKNOWN and "principal" in tls.detail
+
+
+def test_report_exit_status_counts_missing_and_unreachable_not_unknown() -> None:
+    ok = ClusterCheck("a", "source", "h:1", findings=[Finding("t", "READ", Verdict.UNKNOWN)])
+    assert CheckReport(("t",), [ok]).exit_status is ExitStatus.OK
+    gone = ClusterCheck("b", "source", "h:2", error="cannot connect")
+    bad = ClusterCheck("l", "local", "h:3", findings=[Finding("t", "WRITE", Verdict.MISSING)])
+    report = CheckReport(("t",), [ok, gone, bad])
+    assert report.exit_status is ExitStatus.FAILURE
+    doc = report.to_dict()
+    assert doc["ok"] is False and doc["problems"] == 2 and doc["exit_code"] == 1
+    assert doc["clusters"][1] == {  # type: ignore[index]
+        "cluster": "b", "role": "source", "bootstrap": "h:2", "reachable": False,
+        "error": "cannot connect", "broker_version": None, "brokers": 0, "ok": False,
+        "findings": [],
+    }  # fmt: skip
