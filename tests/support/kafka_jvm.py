@@ -59,6 +59,7 @@ __all__ = [
     "KafkaNode",
     "KafkaSetupError",
     "KafkaStartError",
+    "SaslSetup",
     "cache_root",
     "ensure_kafka",
     "iter_versions",
@@ -348,6 +349,40 @@ def _rss_kib(pid: int | None) -> int | None:
 # -- cluster --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SaslSetup:
+    """A SASL_PLAINTEXT listener on every broker (PLAIN and SCRAM-SHA-256/512 for ``users``,
+    name to password) under Kafka's StandardAuthorizer with no ACLs yet: a SASL user may do
+    nothing until granted. The PLAINTEXT and controller listeners stay (their principal,
+    User:ANONYMOUS, is the super user that brokers and the tests' set-up use)."""
+
+    users: Mapping[str, str]
+
+    def server_props(self) -> dict[str, str]:
+        plain_users = " ".join(f'user_{u}="{p}"' for u, p in self.users.items())
+        jaas = "listener.name.sasl_plaintext.{}.sasl.jaas.config"
+        return {
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            jaas.format("plain"): "org.apache.kafka.common.security.plain.PlainLoginModule "
+            f"required {plain_users};",
+            jaas.format("scram-sha-256"): "org.apache.kafka.common.security.scram."
+            "ScramLoginModule required;",
+            jaas.format("scram-sha-512"): "org.apache.kafka.common.security.scram."
+            "ScramLoginModule required;",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
+    def format_args(self) -> list[str]:
+        """StorageTool's ``--add-scram`` for each user and SCRAM mechanism (KIP-900)."""
+        out = []
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            for u, p in self.users.items():
+                out += ["--add-scram", f"{mech}=[name={u},password={p}]"]
+        return out
+
+
 @dataclass
 class KafkaNode:
     node_id: int
@@ -355,6 +390,8 @@ class KafkaNode:
     port: int  # PLAINTEXT listener (0 on a controller-only node)
     controller_port: int  # CONTROLLER listener (0 on a broker-only node)
     dir: Path
+    # SASL_PLAINTEXT listener (0: none; see ``SaslSetup``).
+    sasl_port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     # False once stopped or killed on purpose: its exit is then no start-up failure.
     wanted: bool = field(default=False, repr=False)
@@ -370,6 +407,10 @@ class KafkaNode:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_address(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def config_path(self) -> Path:
@@ -424,6 +465,7 @@ class KafkaCluster:
         jvm_opts: Sequence[str],
         overrides: Mapping[str, str],
         cluster_id: str,
+        sasl: SaslSetup | None = None,
     ) -> None:
         self.version = version
         self.lib_dir = lib_dir
@@ -433,6 +475,7 @@ class KafkaCluster:
         self.jvm_opts = tuple(jvm_opts)
         self.overrides = dict(overrides)
         self.cluster_id = cluster_id
+        self.sasl = sasl
         self._lock = threading.RLock()
 
     # -- views ------------------------------------------------------------------------------
@@ -445,6 +488,11 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         """All brokers' addresses, "127.0.0.1:p1,127.0.0.1:p2,..." (live or not)."""
         return ",".join(n.address for n in self.brokers)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The brokers' SASL_PLAINTEXT listeners (``SaslSetup``)."""
+        return ",".join(n.sasl_address for n in self.brokers)
 
     @property
     def bootstrap_live(self) -> str:
@@ -493,6 +541,13 @@ class KafkaCluster:
             listeners.append(f"PLAINTEXT://127.0.0.1:{node.port}")
             props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{node.port}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
+            if self.sasl is not None:
+                sasl = f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"
+                listeners.append(sasl)
+                props["advertised.listeners"] += "," + sasl
+        if self.sasl is not None:
+            props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            props.update(self.sasl.server_props())
         if node.is_controller:
             listeners.append(f"CONTROLLER://127.0.0.1:{node.controller_port}")
         props["listeners"] = ",".join(listeners)
@@ -517,7 +572,14 @@ class KafkaCluster:
     def _format(self, timeout: float) -> None:
         def fmt(node: KafkaNode) -> None:
             cmd = self._java_cmd(
-                node, STORAGE_TOOL, "format", "-t", self.cluster_id, "-c", str(node.config_path)
+                node,
+                STORAGE_TOOL,
+                "format",
+                "-t",
+                self.cluster_id,
+                "-c",
+                str(node.config_path),
+                *(self.sasl.format_args() if self.sasl is not None else ()),
             )
             # The tool only needs a little heap and no JIT to speak of.
             cmd[1] = "-Xmx128m"
@@ -677,7 +739,21 @@ class KafkaCluster:
         self.stop()
 
 
-def _plan_nodes(data_dir: Path, brokers: int, dedicated_controller: bool) -> list[KafkaNode]:
+def _plan_nodes(
+    data_dir: Path, brokers: int, dedicated_controller: bool, sasl: bool = False
+) -> list[KafkaNode]:
+    nodes = _plan_plain_nodes(data_dir, brokers, dedicated_controller)
+    if sasl:
+        brokers_ = [n for n in nodes if n.is_broker]
+        # Chosen together with ports the plan already holds, so none is chosen twice.
+        used = {n.port for n in nodes} | {n.controller_port for n in nodes}
+        free = [p for p in _free_ports(len(brokers_) + len(used)) if p not in used]
+        for n, port in zip(brokers_, free, strict=False):
+            n.sasl_port = port
+    return nodes
+
+
+def _plan_plain_nodes(data_dir: Path, brokers: int, dedicated_controller: bool) -> list[KafkaNode]:
     if dedicated_controller:
         ports = _free_ports(brokers + 1)
         nodes = [KafkaNode(0, "controller", 0, ports[0], data_dir / "node-0")]
@@ -706,6 +782,7 @@ def start_kafka_cluster(
     dedicated_controller: bool = False,
     timeout: float = 90.0,
     attempts: int = 3,
+    sasl: SaslSetup | None = None,
 ) -> KafkaCluster:
     """Format and start a KRaft cluster of ``brokers`` nodes and wait until it is ready.
 
@@ -727,11 +804,12 @@ def start_kafka_cluster(
             version,
             lib,
             data_dir,
-            _plan_nodes(data_dir, brokers, dedicated_controller),
+            _plan_nodes(data_dir, brokers, dedicated_controller, sasl is not None),
             heap=heap,
             jvm_opts=DEFAULT_JVM_OPTS if jvm_opts is None else jvm_opts,
             overrides=overrides or {},
             cluster_id=_random_cluster_id(),
+            sasl=sasl,
         )
         try:
             for n in cluster.nodes:
