@@ -30,7 +30,7 @@ __all__ = [
 
 DEFAULT_CONFIG_NAME = "partsync.toml"
 _ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 _CLUSTER_KEYS = {
@@ -41,10 +41,14 @@ _CLUSTER_KEYS = {
     "ssl_certfile",
     "ssl_keyfile",
     "ssl_password_env",
+    "ssl_password_file",
     "ssl_check_hostname",
     "sasl_mechanism",
     "sasl_plain_username",
     "sasl_plain_password_env",
+    "sasl_plain_password_file",
+    "sasl_oauthbearer_token_env",
+    "sasl_oauthbearer_token_file",
     "max_bytes_per_sec",
     "request_timeout_ms",
     "connect_timeout_ms",
@@ -67,6 +71,10 @@ class Security:
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = field(default=None, repr=False)
+    # OAUTHBEARER: a token from the environment, or a file read again at every connection (an
+    # agent that refreshes the file is followed without a restart).
+    sasl_oauthbearer_token: str | None = field(default=None, repr=False)
+    sasl_oauthbearer_token_file: str | None = None
 
     @property
     def uses_ssl(self) -> bool:
@@ -162,6 +170,34 @@ def _env_secret(where: str, env_var: Any, env: Mapping[str, str]) -> str:
     return env[env_var]
 
 
+def read_secret_file(path: str, what: str) -> str:
+    """A secret file's content without its trailing newline; errors name the file, never
+    the content."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            text = f.read().rstrip("\r\n")
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot read {path!r}: {e.strerror or e}") from None
+    if not text:
+        raise ConfigError(f"{what}: {path!r} is empty")
+    return text
+
+
+def _secret(where: str, table: Mapping[str, Any], key: str, env: Mapping[str, str]) -> str | None:
+    """The secret ``key`` names from ``{key}_env`` (an environment variable) or
+    ``{key}_file`` (a file), never inline; None when neither is given."""
+    from_env, from_file = table.get(f"{key}_env"), table.get(f"{key}_file")
+    if from_env is not None and from_file is not None:
+        raise ConfigError(f"{where}: give {key}_env or {key}_file, not both")
+    if from_file is not None:
+        if not isinstance(from_file, str) or not from_file:
+            raise ConfigError(f"{where}: {key}_file must name a file")
+        return read_secret_file(from_file, f"{where}: {key}_file")
+    if from_env is not None:
+        return _env_secret(where, from_env, env)
+    return None
+
+
 def _check_table(
     table: Any, known: set[str], where: str, hint: str = "", kind: str = "key(s)"
 ) -> None:
@@ -189,26 +225,35 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
     if protocol not in _PROTOCOLS:
         raise ConfigError(f"{where}: security_protocol must be one of {', '.join(_PROTOCOLS)}")
     mechanism = table.get("sasl_mechanism")
-    password = None
+    password = oauth_token = token_file = None
     if protocol.startswith("SASL"):
         mechanism = str(mechanism or "PLAIN").upper()
         if mechanism not in _SASL_MECHANISMS:
             raise ConfigError(
                 f"{where}: sasl_mechanism must be one of {', '.join(_SASL_MECHANISMS)}"
             )
-        if not table.get("sasl_plain_username"):
-            raise ConfigError(f"{where}: SASL needs sasl_plain_username")
-        password = _env_secret(where, table.get("sasl_plain_password_env"), env)
+        if mechanism == "OAUTHBEARER":
+            token_file = table.get("sasl_oauthbearer_token_file")
+            token = _secret(where, table, "sasl_oauthbearer_token", env)
+            if token is None:
+                raise ConfigError(f"{where}: OAUTHBEARER needs sasl_oauthbearer_token_file "
+                                  "or sasl_oauthbearer_token_env")  # fmt: skip
+            if token_file is None:
+                oauth_token = token
+        else:
+            if not table.get("sasl_plain_username"):
+                raise ConfigError(f"{where}: SASL needs sasl_plain_username")
+            password = _secret(where, table, "sasl_plain_password", env)
+            if password is None:
+                raise ConfigError(f"{where}: SASL needs sasl_plain_password_env or "
+                                  "sasl_plain_password_file")  # fmt: skip
     check_hostname = table.get("ssl_check_hostname", True)
     if not isinstance(check_hostname, bool):
         raise ConfigError(f"{where}: ssl_check_hostname must be true or false (unquoted)")
     for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username"):
         if key in table and not isinstance(table[key], str):
             raise ConfigError(f"{where}: {key} must be a string")
-
-    ssl_password = None
-    if "ssl_password_env" in table:
-        ssl_password = _env_secret(where, table["ssl_password_env"], env)
+    ssl_password = _secret(where, table, "ssl_password", env)
     rate = table.get("max_bytes_per_sec")
     # bool is an int subclass: `true` must not become 1 byte/s.
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
@@ -229,6 +274,8 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         sasl_mechanism=mechanism if protocol.startswith("SASL") else None,
         sasl_plain_username=table.get("sasl_plain_username"),
         sasl_plain_password=password,
+        sasl_oauthbearer_token=oauth_token,
+        sasl_oauthbearer_token_file=token_file,
     )
     return ClusterRef(
         name=name,

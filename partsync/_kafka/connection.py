@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Self
 
 from kafka.net.sasl import get_sasl_mechanism
+from kafka.net.sasl.oauth import AbstractTokenProvider
 from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -69,8 +70,8 @@ from partsync._kafka.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from partsync._kafka.raw import Buffer
-from partsync.config import Security
-from partsync.errors import ClusterError
+from partsync.config import Security, read_secret_file
+from partsync.errors import ClusterError, PartsyncError
 
 __all__ = [
     "CONSUMER_REPLICA",
@@ -149,6 +150,30 @@ for _name in ("kafka.net.sasl.plain", "kafka.net.sasl.scram"):
     logging.getLogger(_name).addFilter(_NotInTheClear())
 _warned_plain: set[str] = set()
 _warned_lock = threading.Lock()
+
+
+class _Token(AbstractTokenProvider):  # type: ignore[misc]
+    """An OAUTHBEARER token: the configured one, or the token file's content as it is now."""
+
+    def __init__(self, sec: Security) -> None:
+        super().__init__()
+        self._sec = sec
+
+    def token(self) -> str:
+        path = self._sec.sasl_oauthbearer_token_file
+        if not path:
+            return self._sec.sasl_oauthbearer_token or ""
+        try:
+            return read_secret_file(path, "sasl_oauthbearer_token_file")
+        except PartsyncError as e:  # gone since start-up: this connection cannot log in
+            raise ClusterError(f"OAUTHBEARER token: {e.reason}") from None
+
+
+def sasl_identity(sec: Security) -> str:
+    """Who a SASL login claims to be, for messages: the user name, or the token's kind."""
+    if sec.sasl_mechanism == "OAUTHBEARER":
+        return "an OAUTHBEARER token"
+    return repr(sec.sasl_plain_username)
 
 
 def _encode_framed_into(request: Any, out: EncodeBuffer) -> None:
@@ -526,6 +551,7 @@ class BrokerConnection:
             sasl_mechanism=sec.sasl_mechanism,
             sasl_plain_username=sec.sasl_plain_username,
             sasl_plain_password=sec.sasl_plain_password,
+            sasl_oauth_token_provider=_Token(sec),
         )
         while not mech.is_done():
             auth = self.call(
@@ -534,14 +560,14 @@ class BrokerConnection:
             if auth.error_code:
                 # The broker's message may say why; it never contains our password.
                 raise ClusterError(
-                    f"SASL authentication as {sec.sasl_plain_username!r} failed: "
+                    f"SASL authentication as {sasl_identity(sec)} failed: "
                     f"{error_name(auth.error_code)} {auth.error_message or ''}".strip(),
                     cluster=self.cluster,
                 )
             mech.receive(auth.auth_bytes)
         if not mech.is_authenticated():
             raise ClusterError(
-                f"SASL authentication as {sec.sasl_plain_username!r} failed", cluster=self.cluster
+                f"SASL authentication as {sasl_identity(sec)} failed", cluster=self.cluster
             )
 
     # -- requests ---------------------------------------------------------------------------

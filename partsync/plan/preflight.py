@@ -7,7 +7,9 @@ Operation and resource codes are Kafka's (``AclOperation``, ``ResourceType``).
 
 from __future__ import annotations
 
+import base64
 import enum
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ __all__ = [
     "Op",
     "Verdict",
     "acl_verdict",
+    "jwt_subject",
     "ops_verdict",
 ]
 
@@ -51,6 +54,20 @@ _IMPLIED_BY: dict[Op, tuple[Op, ...]] = {
 # DescribeAcls answers: codes of the permission and of the error meaning "no authorizer".
 _DENY, _ALLOW = 2, 3
 SECURITY_DISABLED = 54
+
+
+def jwt_subject(token: str) -> str | None:
+    """The ``sub`` claim of a JWT (not verified: only to name the principal Kafka's default
+    OAUTHBEARER rules derive from it), or None."""
+    parts = token.strip().split(".")
+    if len(parts) < 2:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, TypeError):
+        return None
+    sub = payload.get("sub") if isinstance(payload, dict) else None
+    return sub if isinstance(sub, str) and sub else None
 
 
 class Verdict(str, enum.Enum):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from partsync._kafka import GROUP_KEY, TXN_KEY, AclEntry, ErrorCode, error_name
-from partsync.config import ClusterRef
+from partsync.config import ClusterRef, read_secret_file
 from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
@@ -24,6 +24,7 @@ from partsync.plan.preflight import (
     Op,
     Verdict,
     acl_verdict,
+    jwt_subject,
     ops_verdict,
 )
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
@@ -48,9 +49,19 @@ class CheckOptions:
 
 
 def principal_of(ref: ClusterRef) -> str | None:
-    """The principal Kafka's default rules give this client: ``User:<name>`` under SASL,
-    ``User:ANONYMOUS`` over PLAINTEXT; unknown over TLS (the certificate's mapped name)."""
+    """The principal Kafka's default rules give this client: ``User:<name>`` under SASL (an
+    OAUTHBEARER token's ``sub``), ``User:ANONYMOUS`` over PLAINTEXT; unknown over TLS (the
+    certificate's mapped name)."""
     sec = ref.security
+    if sec.sasl_mechanism == "OAUTHBEARER":
+        token = sec.sasl_oauthbearer_token
+        if sec.sasl_oauthbearer_token_file:
+            try:
+                token = read_secret_file(sec.sasl_oauthbearer_token_file, "token")
+            except PartsyncError:
+                return None
+        sub = jwt_subject(token or "")
+        return f"User:{sub}" if sub else None
     if sec.uses_sasl:
         return f"User:{sec.sasl_plain_username}"
     if not sec.uses_ssl:

@@ -71,15 +71,17 @@ def secured(broker_mode: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _config(tmp_path: Path, source: Broker, secured: KafkaCluster, user: str, mech: str) -> Path:
-    path = tmp_path / f"partsync-{user}-{mech}.toml"
+    """A config naming source ``a`` and the secured local cluster ``sec``, with ``user``'s
+    password from $SEC_PASSWORD (OAUTHBEARER: ``user`` is a token file)."""
+    path = tmp_path / f"partsync-{Path(user).name}-{mech}.toml"
+    login = (f'sasl_oauthbearer_token_file = "{user}"\n' if mech == "OAUTHBEARER" else
+             f'sasl_plain_username = "{user}"\nsasl_plain_password_env = "SEC_PASSWORD"\n')  # fmt: skip
     path.write_text(
         'local = "sec"\n'
         f'[clusters.a]\nbootstrap_servers = ["{source.bootstrap}"]\n'
         f'[clusters.sec]\nbootstrap_servers = ["{secured.sasl_bootstrap}"]\n'
         'security_protocol = "SASL_PLAINTEXT"\n'
-        f'sasl_mechanism = "{mech}"\n'
-        f'sasl_plain_username = "{user}"\n'
-        'sasl_plain_password_env = "SEC_PASSWORD"\n'
+        f'sasl_mechanism = "{mech}"\n' + login
     )
     return path
 
@@ -182,3 +184,34 @@ def test_a_wrong_password_is_an_unreachable_cluster_named_without_the_password(
     (sec,) = [c for c in r.json["clusters"] if c["cluster"] == "sec"]
     assert sec["reachable"] is False
     assert "SASL authentication as 'alice' failed" in sec["error"]
+
+
+def test_oauthbearer_token_file_is_read_at_each_connection(
+    secured: KafkaCluster, source_a: Broker, tmp_path: Path, topic: str
+) -> None:
+    name = PREFIX + topic
+    create_topic(source_a.bootstrap, name, 1)
+    produce(source_a.bootstrap, name, records(5, seed=17), partition=0)
+    create_topic(secured.bootstrap, name, 1)
+    token = tmp_path / "token"
+    token.write_text(SaslSetup.unsigned_jwt("alice") + "\n")
+    cfg = _config(tmp_path, source_a, secured, str(token), "OAUTHBEARER")
+    _until_authorized(cfg, "", name)
+
+    # The principal is the token's subject: alice's rights, the ACLs readable.
+    r = _run(cfg, "", "check", "--topic", name, "--sources", "a", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    tid = f"transactional id partsync:{name}:0"
+    assert _findings(r.json, "sec")[(tid, "WRITE")]["verdict"] == "ok"
+    r = _run(cfg, "", "sync", "--topic", name, "--sources", "a")
+    assert r.code == 0, r.stdout + r.stderr
+    assert_partitions_identical(source_a.bootstrap, secured.bootstrap, name, 1)
+
+    # A refreshed token file is followed without any change to the config: now bob's.
+    token.write_text(SaslSetup.unsigned_jwt("bob"))
+    r = _run(cfg, "", "check", "--topic", name, "--sources", "a", "--json")
+    assert r.code == 1, r.stdout + r.stderr
+    assert _findings(r.json, "sec")[(f"topic {name}", "WRITE")]["verdict"] == "missing"
+    token.unlink()
+    r = _run(cfg, "", "check", "--topic", name, "--sources", "a")
+    assert r.code == 2 and "sasl_oauthbearer_token_file: cannot read" in r.stderr

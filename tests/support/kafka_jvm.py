@@ -352,7 +352,7 @@ def _rss_kib(pid: int | None) -> int | None:
 @dataclass(frozen=True)
 class SaslSetup:
     """A SASL_PLAINTEXT listener on every broker (PLAIN and SCRAM-SHA-256/512 for ``users``,
-    name to password) under Kafka's StandardAuthorizer with no ACLs yet: a SASL user may do
+    name to password; OAUTHBEARER with unsigned tokens, ``unsigned_jwt``) under Kafka's StandardAuthorizer with no ACLs yet: a SASL user may do
     nothing until granted. The PLAINTEXT and controller listeners stay (their principal,
     User:ANONYMOUS, is the super user that brokers and the tests' set-up use)."""
 
@@ -362,7 +362,11 @@ class SaslSetup:
         plain_users = " ".join(f'user_{u}="{p}"' for u, p in self.users.items())
         jaas = "listener.name.sasl_plaintext.{}.sasl.jaas.config"
         return {
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+            # Kafka's unsecured-token validator (no JWKS): any unsigned JWT whose `sub` is the
+            # principal; enough to test a client's OAUTHBEARER exchange.
+            jaas.format("oauthbearer"): "org.apache.kafka.common.security.oauthbearer."
+            'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="ANONYMOUS";',
             jaas.format("plain"): "org.apache.kafka.common.security.plain.PlainLoginModule "
             f"required {plain_users};",
             jaas.format("scram-sha-256"): "org.apache.kafka.common.security.scram."
@@ -373,6 +377,17 @@ class SaslSetup:
             "super.users": "User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
         }
+
+    @staticmethod
+    def unsigned_jwt(sub: str, lifetime_s: int = 3600) -> str:
+        """A token the broker's unsecured validator accepts for principal ``User:<sub>``."""
+        import json
+
+        def part(d: dict[str, object]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+
+        now = int(time.time())
+        return f"{part({'alg': 'none'})}.{part({'sub': sub, 'iat': now, 'exp': now + lifetime_s})}."
 
     def format_args(self) -> list[str]:
         """StorageTool's ``--add-scram`` for each user and SCRAM mechanism (KIP-900)."""

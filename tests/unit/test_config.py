@@ -492,3 +492,60 @@ def test_timeouts_are_client_settings_checked_and_used(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=r"\[clusters.b\]: request_timeout_ms must be"):
             load_config(write(tmp_path, f'[clusters.b]\nbootstrap_servers = ["h:1"]\n'
                                         f"request_timeout_ms = {bad}\n"))  # fmt: skip
+
+
+def _sasl(tmp_path: Path, extra: str, env: dict[str, str] | None = None) -> ClusterRef:
+    text = f"""
+[clusters.x]
+bootstrap_servers = ["h:1"]
+security_protocol = "SASL_SSL"
+{extra}
+"""
+    return load_config(write(tmp_path, text), env=env or {}).clusters["x"]
+
+
+def test_secrets_from_files(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text(SECRET + "\n")  # as `echo` writes it: the newline is not part
+    (tmp_path / "key-pw").write_text(SSL_SECRET)
+    ref = _sasl(tmp_path, f'sasl_plain_username = "u"\nsasl_plain_password_file = '
+                f'"{tmp_path / "pw"}"\nssl_password_file = "{tmp_path / "key-pw"}"')  # fmt: skip
+    assert ref.security.sasl_plain_password == SECRET
+    assert ref.security.ssl_password == SSL_SECRET
+    assert SECRET not in repr(ref) and SSL_SECRET not in repr(ref)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/none"',
+         "sasl_plain_password_file: cannot read"),
+        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/empty"',
+         "sasl_plain_password_file: '{d}/empty' is empty"),
+        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/pw"\nsasl_plain_password_env = "PW"',
+         "give sasl_plain_password_env or sasl_plain_password_file, not both"),
+        ('sasl_plain_username = "u"',
+         "SASL needs sasl_plain_password_env or sasl_plain_password_file"),
+        ('sasl_mechanism = "OAUTHBEARER"', "OAUTHBEARER needs sasl_oauthbearer_token_file"),
+    ],
+)  # fmt: skip
+def test_secret_file_errors_name_the_key_and_file(tmp_path: Path, extra: str, message: str) -> None:
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "pw").write_text(SECRET)
+    with pytest.raises(ConfigError) as exc:
+        _sasl(tmp_path, extra.format(d=tmp_path), env={"PW": "x"})
+    assert message.format(d=tmp_path) in str(exc.value)
+    assert "[clusters.x]" in str(exc.value) and SECRET not in str(exc.value)
+
+
+def test_oauthbearer_token_from_env_or_a_file_read_at_each_connection(tmp_path: Path) -> None:
+    ref = _sasl(tmp_path, 'sasl_mechanism = "OAUTHBEARER"\nsasl_oauthbearer_token_env = "TOK"',
+                env={"TOK": "a.b."})  # fmt: skip
+    sec = ref.security
+    assert sec.sasl_mechanism == "OAUTHBEARER" and sec.sasl_oauthbearer_token == "a.b."
+    assert sec.sasl_plain_username is None and "a.b." not in repr(ref)
+    (tmp_path / "tok").write_text("t1")
+    ref = _sasl(tmp_path, f'sasl_mechanism = "oauthbearer"\nsasl_oauthbearer_token_file = '
+                f'"{tmp_path / "tok"}"')  # fmt: skip
+    # Not kept: the connection reads the file each time (a refreshed token is followed).
+    assert ref.security.sasl_oauthbearer_token is None
+    assert ref.security.sasl_oauthbearer_token_file == str(tmp_path / "tok")

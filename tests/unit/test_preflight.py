@@ -13,6 +13,7 @@ from partsync.plan.preflight import (
     Op,
     Verdict,
     acl_verdict,
+    jwt_subject,
     ops_verdict,
 )
 
@@ -83,3 +84,16 @@ def test_report_exit_status_counts_missing_and_unreachable_not_unknown() -> None
         "error": "cannot connect", "broker_version": None, "brokers": 0, "ok": False,
         "findings": [],
     }  # fmt: skip
+
+
+def test_jwt_subject_names_the_principal_without_verifying() -> None:
+    import base64
+    import json
+
+    def part(d: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+
+    token = f"{part({'alg': 'none'})}.{part({'sub': 'alice', 'exp': 1})}."
+    assert jwt_subject(token) == "alice"
+    assert jwt_subject(f"{part({'alg': 'none'})}.{part({'exp': 1})}.") is None
+    assert jwt_subject("not-a-jwt") is None and jwt_subject("a.%%%.b") is None
