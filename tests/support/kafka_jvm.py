@@ -60,6 +60,7 @@ __all__ = [
     "KafkaSetupError",
     "KafkaStartError",
     "SaslSetup",
+    "TlsSetup",
     "cache_root",
     "ensure_kafka",
     "iter_versions",
@@ -398,6 +399,28 @@ class SaslSetup:
         return out
 
 
+@dataclass(frozen=True)
+class TlsSetup:
+    """An SSL listener on every broker, from PEM files: ``keystore`` holds the broker's private
+    key (unencrypted PKCS#8) and certificate chain, ``truststore`` the CAs it accepts client
+    certificates from; ``client_auth`` "required" is mutual TLS. No authorizer comes with it
+    (combine with ``SaslSetup`` for one)."""
+
+    keystore: Path
+    truststore: Path
+    client_auth: str = "required"
+
+    def server_props(self) -> dict[str, str]:
+        at = "listener.name.ssl."
+        return {
+            f"{at}ssl.keystore.type": "PEM",
+            f"{at}ssl.keystore.location": str(self.keystore),
+            f"{at}ssl.truststore.type": "PEM",
+            f"{at}ssl.truststore.location": str(self.truststore),
+            f"{at}ssl.client.auth": self.client_auth,
+        }
+
+
 @dataclass
 class KafkaNode:
     node_id: int
@@ -405,8 +428,9 @@ class KafkaNode:
     port: int  # PLAINTEXT listener (0 on a controller-only node)
     controller_port: int  # CONTROLLER listener (0 on a broker-only node)
     dir: Path
-    # SASL_PLAINTEXT listener (0: none; see ``SaslSetup``).
+    # SASL_PLAINTEXT and SSL listeners (0: none; see ``SaslSetup``, ``TlsSetup``).
     sasl_port: int = 0
+    ssl_port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     # False once stopped or killed on purpose: its exit is then no start-up failure.
     wanted: bool = field(default=False, repr=False)
@@ -426,6 +450,10 @@ class KafkaNode:
     @property
     def sasl_address(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ssl_address(self) -> str:
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def config_path(self) -> Path:
@@ -481,6 +509,7 @@ class KafkaCluster:
         overrides: Mapping[str, str],
         cluster_id: str,
         sasl: SaslSetup | None = None,
+        tls: TlsSetup | None = None,
     ) -> None:
         self.version = version
         self.lib_dir = lib_dir
@@ -491,6 +520,7 @@ class KafkaCluster:
         self.overrides = dict(overrides)
         self.cluster_id = cluster_id
         self.sasl = sasl
+        self.tls = tls
         self._lock = threading.RLock()
 
     # -- views ------------------------------------------------------------------------------
@@ -508,6 +538,11 @@ class KafkaCluster:
     def sasl_bootstrap(self) -> str:
         """The brokers' SASL_PLAINTEXT listeners (``SaslSetup``)."""
         return ",".join(n.sasl_address for n in self.brokers)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The brokers' SSL listeners (``TlsSetup``)."""
+        return ",".join(n.ssl_address for n in self.brokers)
 
     @property
     def bootstrap_live(self) -> str:
@@ -556,13 +591,15 @@ class KafkaCluster:
             listeners.append(f"PLAINTEXT://127.0.0.1:{node.port}")
             props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{node.port}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
-            if self.sasl is not None:
-                sasl = f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"
-                listeners.append(sasl)
-                props["advertised.listeners"] += "," + sasl
-        if self.sasl is not None:
-            props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-            props.update(self.sasl.server_props())
+            for setup, listener in ((self.sasl, f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"),
+                                    (self.tls, f"SSL://127.0.0.1:{node.ssl_port}")):  # fmt: skip
+                if setup is not None:
+                    listeners.append(listener)
+                    props["advertised.listeners"] += "," + listener
+        for setup, protocol in ((self.sasl, "SASL_PLAINTEXT"), (self.tls, "SSL")):
+            if setup is not None:
+                props["listener.security.protocol.map"] += f",{protocol}:{protocol}"
+                props.update(setup.server_props())
         if node.is_controller:
             listeners.append(f"CONTROLLER://127.0.0.1:{node.controller_port}")
         props["listeners"] = ",".join(listeners)
@@ -755,16 +792,20 @@ class KafkaCluster:
 
 
 def _plan_nodes(
-    data_dir: Path, brokers: int, dedicated_controller: bool, sasl: bool = False
+    data_dir: Path,
+    brokers: int,
+    dedicated_controller: bool,
+    sasl: bool = False,
+    tls: bool = False,
 ) -> list[KafkaNode]:
     nodes = _plan_plain_nodes(data_dir, brokers, dedicated_controller)
-    if sasl:
-        brokers_ = [n for n in nodes if n.is_broker]
-        # Chosen together with ports the plan already holds, so none is chosen twice.
-        used = {n.port for n in nodes} | {n.controller_port for n in nodes}
-        free = [p for p in _free_ports(len(brokers_) + len(used)) if p not in used]
-        for n, port in zip(brokers_, free, strict=False):
-            n.sasl_port = port
+    brokers_ = [n for n in nodes if n.is_broker]
+    # Chosen together with ports the plan already holds, so none is chosen twice.
+    used = {n.port for n in nodes} | {n.controller_port for n in nodes}
+    free = iter([p for p in _free_ports(2 * len(brokers_) + len(used)) if p not in used])
+    for n in brokers_:
+        n.sasl_port = next(free) if sasl else 0
+        n.ssl_port = next(free) if tls else 0
     return nodes
 
 
@@ -798,6 +839,7 @@ def start_kafka_cluster(
     timeout: float = 90.0,
     attempts: int = 3,
     sasl: SaslSetup | None = None,
+    tls: TlsSetup | None = None,
 ) -> KafkaCluster:
     """Format and start a KRaft cluster of ``brokers`` nodes and wait until it is ready.
 
@@ -819,12 +861,13 @@ def start_kafka_cluster(
             version,
             lib,
             data_dir,
-            _plan_nodes(data_dir, brokers, dedicated_controller, sasl is not None),
+            _plan_nodes(data_dir, brokers, dedicated_controller, sasl is not None, tls is not None),
             heap=heap,
             jvm_opts=DEFAULT_JVM_OPTS if jvm_opts is None else jvm_opts,
             overrides=overrides or {},
             cluster_id=_random_cluster_id(),
             sasl=sasl,
+            tls=tls,
         )
         try:
             for n in cluster.nodes:
