@@ -1,0 +1,102 @@
+"""The CLI on a real terminal: a pseudo-terminal of 80 columns, through the real entry point.
+Tables fit the width without cutting a word or splitting a number; the same command piped
+prints whole lines without colour."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable
+
+import pytest
+
+from partsync.demo.data import create_topic, produce
+from tests.conftest import CliResult
+from tests.integration.sync_support import Clusters, records
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def run_in_terminal(*args: str, columns: int = 80, timeout: float = 120) -> tuple[int, str]:
+    """``python -m partsync ARGS`` with stdout and stderr on a pseudo-terminal ``columns``
+    wide: (exit code, what the terminal received, escape sequences kept)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    env["TERM"] = "xterm-256color"
+    env.pop("PARTSYNC_CONFIG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "partsync", *args], stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, env=env, close_fds=True)  # fmt: skip
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+        if time.monotonic() > deadline:
+            proc.kill()
+            break
+    os.close(master)
+    return proc.wait(timeout=30), out.decode("utf-8", errors="replace")
+
+
+def _visible(text: str) -> list[str]:
+    """What the terminal shows line by line (a carriage return redraws a line: the progress
+    bar), without escape sequences."""
+    return [_ANSI.sub("", line) for line in re.split(r"\r\n|\r|\n", text)]
+
+
+def test_tables_fit_an_80_column_terminal_and_pipes_get_whole_plain_lines(
+    clusters: Clusters, psync: Callable[..., CliResult], topic: str
+) -> None:
+    a, b, local = (clusters.bootstrap(n) for n in ("a", "b", "local"))
+    name = f"{topic}.orders-eu-central-with-a-long-name"
+    for where in (a, b, local):
+        create_topic(where, name, 3)
+    for p in range(3):
+        produce(a, name, records(1234 + p, seed=p), partition=p)
+    cfg = str(clusters.config)
+
+    code, screen = run_in_terminal("--config", cfg, "plan", "--topic", name, "--sources", "a,b")
+    assert code == 0, screen
+    lines = _visible(screen)
+    assert "\x1b[" in screen  # a terminal gets colour
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    text = "\n".join(lines)
+    assert "…" not in text
+    for p in range(3):  # every range whole: never "0..12" / "34" over two lines
+        assert f"0..{1234 + p}" in text, text
+
+    piped = psync("plan", "--topic", name, "--sources", "a,b", env={"COLUMNS": "80"})
+    assert piped.code == 0
+    assert "\x1b[" not in piped.stdout + piped.stderr
+    assert name in piped.stdout  # the topic name whole on one line, however long the line
+
+    code, screen = run_in_terminal("--config", cfg, "check", "--topic", name, "--sources", "a,b")
+    assert code == 0, screen
+    lines = _visible(screen)
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    assert "ok: every cluster has what the run needs" in "\n".join(lines)
+
+    code, screen = run_in_terminal("--config", cfg, "sync", "--topic", name, "--sources", "a,b")
+    assert code == 0, screen
+    lines = _visible(screen)
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    text = "\n".join(lines)
+    # The progress bar was on screen: a phase, then the offsets copied of the total.
+    assert "3,705/3,705 offsets" in text and "3/3 partitions" in text, text
+    assert "status: synced" in text or "synced" in text
