@@ -83,12 +83,13 @@ class ProbeRequests:
         )
         if resp.error_code:
             return int(resp.error_code), None
-        return 0, _ops(resp.authorized_operations)
+        # Without DESCRIBE on the cluster the field is 0 (no bits): not shown, not "no rights".
+        return 0, _ops(resp.authorized_operations) or None
 
     def group_operations(self, group: str) -> tuple[int, frozenset[int] | None]:
         """(error code, authorized operation codes) on a group, from its coordinator
         (DescribeGroups v3+); a group that does not exist yet answers too (state Dead)."""
-        if self.version("DescribeGroups") < 3:
+        if not self.supports("DescribeGroups") or self.version("DescribeGroups") < 3:
             return 0, None
         resp = self.call(
             "DescribeGroups",

@@ -20,7 +20,14 @@ from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PlanPolicy
 from partsync.run.planner import SyncRequest, plan_topics
 from partsync.run.sync import run_sync
-from partsync.ui.render import plan_notes, plan_table, report_notes, report_table, summary_line
+from partsync.ui.render import (
+    plan_notes,
+    plan_table,
+    print_table,
+    report_notes,
+    report_table,
+    summary_line,
+)
 
 __all__ = ["run_demo"]
 
@@ -93,7 +100,7 @@ def run_demo(
             console.rule("partsync plan --topic orders --sources dc2,dc3 --local dc1")
             with ClusterPool() as pool:
                 plans = plan_topics(req, pool)
-                console.print(plan_table(plans))
+                print_table(plan_table(plans), console)
                 for note in plan_notes(plans):
                     err.print(note, highlight=False, markup=False)
 
@@ -101,7 +108,7 @@ def run_demo(
                     "partsync sync --topic orders --sources dc2,dc3 --local dc1 --create-missing"
                 )
                 report = run_sync(req, LocalEngine(), pool)
-                console.print(report_table(report))
+                print_table(report_table(report), console)
                 for note in report_notes(report):
                     err.print(note, highlight=False, markup=False)
                 err.print(summary_line(report), highlight=False)

@@ -74,6 +74,7 @@ class Verdict(str, enum.Enum):
     OK = "ok"
     MISSING = "missing"  # sync would fail (or refuse) for want of it
     UNKNOWN = "unknown"  # the broker would not say; not counted as a problem
+    WARNING = "warning"  # sync works, but not as fully as it could; not counted either
 
 
 @dataclass(frozen=True)
@@ -91,16 +92,14 @@ class Finding:
                 "detail": self.detail}  # fmt: skip
 
 
-def ops_verdict(
-    ops: frozenset[int] | None, op: Op, subject: str, why: str, *, super_user: bool = False
-) -> Finding:
+def ops_verdict(ops: frozenset[int] | None, op: Op, subject: str, why: str) -> Finding:
     """Whether ``op`` is among a resource's authorized operations (KIP-430), as the broker
     reported them; ``None`` (the broker does not report them) is unknown."""
     name = op.name
     if ops is None:
         return Finding(subject, name, Verdict.UNKNOWN,
                        f"{why}; the broker does not report authorized operations")  # fmt: skip
-    if op in ops or Op.ALL in ops or super_user:
+    if op in ops or Op.ALL in ops:
         return Finding(subject, name, Verdict.OK, why)
     return Finding(subject, name, Verdict.MISSING, f"{why}: not authorized")
 
@@ -123,13 +122,15 @@ def acl_verdict(
     subject: str,
     why: str,
     *,
-    super_user: bool = False,
+    maybe_super_user: bool = False,
 ) -> Finding:
     """Whether the ACLs listed for a resource (DescribeAcls, error ``code``) let ``principal``
-    do ``op``, by Kafka's rules: any matching DENY wins, then any matching ALLOW; ``User:*``
-    and every host count (a rule for another host may or may not be ours: a DENY is taken to
-    apply, an ALLOW only for ``*``). No ALLOW means denied. A super user (which no ACL lists)
-    is allowed whatever the ACLs say."""
+    do ``op``, by the StandardAuthorizer's rules: a matching DENY wins, then a matching ALLOW
+    (the principal's or ``User:*``; an ALLOW also grants the operations it implies, a DENY
+    only its own). Where the answer depends on what ACLs cannot show, it is unknown: a rule
+    for one host (Kafka compares it with the client's address), no ACL on the resource at all
+    (``allow.everyone.if.no.acl.found`` decides), a principal that may be a super user
+    (``maybe_super_user``: super users are allowed before any ACL is read)."""
     name = op.name
     if code == SECURITY_DISABLED:
         return Finding(subject, name, Verdict.OK, f"{why}; the cluster has no authorizer")
@@ -138,18 +139,36 @@ def acl_verdict(
                        "(DescribeAcls needs DESCRIBE on the cluster), so not verified")  # fmt: skip
     if principal is None:
         return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; this client's principal is not known here (TLS client "
-                       "certificates map to one by the broker's rules), so not verified")  # fmt: skip
-    if super_user:  # Kafka allows a super user before it looks at any ACL
-        return Finding(subject, name, Verdict.OK, f"{why} (as a super user)")
+                       f"{why}; this client's principal is not known here (a TLS client "
+                       "certificate maps to one by the broker's rules), so not verified")  # fmt: skip
+    rules = list(rules)
+    if not rules:
+        return Finding(subject, name, Verdict.UNKNOWN,
+                       f"{why}; no ACL names this resource: allowed only where the brokers set "
+                       "allow.everyone.if.no.acl.found=true, or for a super user")  # fmt: skip
     ours = [r for r in rules if r.principal in (principal, "User:*")]
-    # A DENY applies to its own operation (or ALL); an ALLOW also to the ones it implies.
     denies = {Op.ALL, op}
     allows = {Op.ALL, op, *_IMPLIED_BY.get(op, ())}
-    if any(r.permission == _DENY and r.operation in denies for r in ours):
+    deny = [r for r in ours if r.permission == _DENY and r.operation in denies]
+    allow = [r for r in ours if r.permission == _ALLOW and r.operation in allows]
+    if any(r.host == "*" for r in deny):
+        if maybe_super_user:
+            return Finding(subject, name, Verdict.UNKNOWN, f"{why}: denied by an ACL for "
+                           f"{principal}, unless it is a super user")  # fmt: skip
         return Finding(subject, name, Verdict.MISSING, f"{why}: denied by an ACL for {principal}")
-    if any(r.permission == _ALLOW and r.operation in allows and r.host == "*" for r in ours):
+    if deny:
+        return Finding(subject, name, Verdict.UNKNOWN,
+                       f"{why}; an ACL denies it to {principal} from host(s) "
+                       f"{', '.join(sorted({r.host for r in deny}))}")  # fmt: skip
+    if any(r.host == "*" for r in allow):
         return Finding(subject, name, Verdict.OK, why)
+    if allow:
+        return Finding(subject, name, Verdict.UNKNOWN,
+                       f"{why}; allowed to {principal} only from host(s) "
+                       f"{', '.join(sorted({r.host for r in allow}))}")  # fmt: skip
+    if maybe_super_user:
+        return Finding(subject, name, Verdict.UNKNOWN,
+                       f"{why}: no ACL allows it for {principal}, unless it is a super user")  # fmt: skip
     return Finding(subject, name, Verdict.MISSING, f"{why}: no ACL allows it for {principal}")
 
 

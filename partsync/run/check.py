@@ -1,7 +1,9 @@
 """``partsync check``: connect to every cluster of a sync, authenticate, and report what the run
-would need and whether it has it. Read-only: Metadata, ApiVersions, DescribeCluster,
-FindCoordinator, DescribeGroups, DescribeAcls, DescribeConfigs and the planner's reads; no
-InitProducerId (that would fence a running job's writer), no group join, no topic created."""
+would need and whether it has it. Reads only: Metadata, ApiVersions, DescribeCluster,
+FindCoordinator, DescribeGroups, DescribeAcls and the planner's reads (ListOffsets, Fetch,
+DescribeConfigs); no InitProducerId (that would fence a running job's writer), no group join,
+no topic created. (FindCoordinator itself makes Kafka create ``__transaction_state`` or
+``__consumer_offsets`` on a cluster that never had them, as sync would.)"""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from partsync._kafka import GROUP_KEY, TXN_KEY, AclEntry, ErrorCode, error_name
+from partsync._kafka import (
+    COORDINATOR_RETRY_CODES,
+    GROUP_KEY,
+    TXN_KEY,
+    ErrorCode,
+    error_name,
+)
 from partsync.config import ClusterRef, read_secret_file
 from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError
@@ -64,23 +72,23 @@ def principal_of(ref: ClusterRef) -> str | None:
         return f"User:{sub}" if sub else None
     if sec.uses_sasl:
         return f"User:{sec.sasl_plain_username}"
-    if not sec.uses_ssl:
+    if not sec.uses_ssl or not sec.ssl_certfile:  # TLS without a client certificate too
         return "User:ANONYMOUS"
     return None
 
 
 def check_clusters(req: SyncRequest, pool: ClusterPool, opts: CheckOptions) -> CheckReport:
     checks = [_reach(pool.get(ref), "source") for ref in req.sources]
-    local = pool.get(req.local)
-    local_check = _reach(local, "local")
-    checks.append(local_check)
-    for c, ref in zip(checks, req.sources, strict=False):
+    for c, ref in zip(checks, req.sources, strict=True):
         if c.error is None:
             source = pool.get(ref)
-            _probe(c, lambda: _source_findings(source, req.topics))  # noqa: B023 (called now)
+            _step(c, "topics", lambda: _source_findings(source, req))  # noqa: B023 (called now)
+    _tolerate_partial_sources(checks, req.topics)
+    local = pool.get(req.local)
+    local_check = _reach(local, "local")
     if local_check.error is None:
-        _probe(local_check, lambda: _local_findings(local, req, pool, opts))
-    return CheckReport(req.topics, checks)
+        _local_findings(local_check, local, req, pool, opts)
+    return CheckReport(req.topics, [*checks, local_check])
 
 
 def _reach(cluster: Cluster, role: str) -> ClusterCheck:
@@ -94,13 +102,32 @@ def _reach(cluster: Cluster, role: str) -> ClusterCheck:
     return check
 
 
-def _probe(check: ClusterCheck, findings: Callable[[], list[Finding]]) -> None:
-    """Add what ``findings`` finds; a cluster that stops answering half way is reported as
-    such, with what was found before."""
+def _step(check: ClusterCheck, what: str, findings: Callable[[], list[Finding]]) -> bool:
+    """Add what ``findings`` finds; an error is a finding of its own (what could not be
+    checked, and why), and the other steps still run. False on an error."""
     try:
         check.findings.extend(findings())
+        return True
     except PartsyncError as e:
-        check.error = f"stopped answering during the check: {e.reason}"
+        check.findings.append(Finding(what, "check", Verdict.MISSING, f"could not check: {e}"))
+        return False
+
+
+def _tolerate_partial_sources(checks: list[ClusterCheck], topics: tuple[str, ...]) -> None:
+    """A topic missing on some sources but not all is planned without them (sync goes on):
+    a warning there, not a problem."""
+    for t in topics:
+        subject = f"topic {t}"
+        if not any(f.subject == subject and f.need == "exists" and f.verdict is Verdict.OK
+                   for c in checks for f in c.findings):  # fmt: skip
+            continue
+        for c in checks:
+            c.findings[:] = [
+                Finding(subject, "exists", Verdict.WARNING, "not on this source; the others "
+                        "serve it") if f.subject == subject and f.need == "exists"
+                and f.verdict is Verdict.MISSING else f
+                for f in c.findings
+            ]  # fmt: skip
 
 
 def _topic_ops(
@@ -109,10 +136,10 @@ def _topic_ops(
     return cluster.ask(lambda c: c.topic_operations(list(topics)))
 
 
-def _source_findings(cluster: Cluster, topics: tuple[str, ...]) -> list[Finding]:
+def _source_findings(cluster: Cluster, req: SyncRequest) -> list[Finding]:
     out = []
-    ops = _topic_ops(cluster, topics)
-    for t in topics:
+    ops = _topic_ops(cluster, req.topics)
+    for t in req.topics:
         subject = f"topic {t}"
         code, allowed = ops.get(t, (0, None))
         if code == _TOPIC_AUTHORIZATION_FAILED:
@@ -126,36 +153,67 @@ def _source_findings(cluster: Cluster, topics: tuple[str, ...]) -> list[Finding]
         out.append(Finding(subject, "exists", Verdict.OK, f"{info.partitions} partitions"))
         out.append(ops_verdict(allowed, Op.DESCRIBE, subject, "bounds (ListOffsets)"))
         out.append(ops_verdict(allowed, Op.READ, subject, "copying (Fetch)"))
+        if req.create_missing:
+            out.append(ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject,
+                                   "--create-missing copies its identity configs"))  # fmt: skip
     return out
 
 
 def _local_findings(
-    cluster: Cluster, req: SyncRequest, pool: ClusterPool, opts: CheckOptions
-) -> list[Finding]:
-    out: list[Finding] = []
-    _code, cluster_ops = cluster.ask(lambda c: c.cluster_operations())
-    # Only brokers and super users hold CLUSTER_ACTION: ACLs say nothing about a super user.
-    super_user = cluster_ops is not None and Op.CLUSTER_ACTION in cluster_ops
-    plans = plan_topics(req, pool)
-    ops = _topic_ops(cluster, req.topics)
-    for tp in plans:
-        out.extend(_plan_findings(tp, cluster.name))
-        out.extend(_local_topic_findings(cluster, tp, ops.get(tp.topic, (0, None)),
-                                         cluster_ops, super_user, req))  # fmt: skip
+    check: ClusterCheck, cluster: Cluster, req: SyncRequest, pool: ClusterPool, opts: CheckOptions
+) -> None:
+    cluster_ops: frozenset[int] | None = None
+
+    def cluster_rights() -> list[Finding]:
+        nonlocal cluster_ops
+        _code, cluster_ops = cluster.ask(lambda c: c.cluster_operations())
+        return []
+
+    _step(check, "cluster", cluster_rights)
+    # Only a super user or a grant of ClusterAction or All on the cluster shows CLUSTER_ACTION;
+    # such a principal may need no ACL elsewhere, which ACLs cannot show.
+    maybe_super = cluster_ops is not None and Op.CLUSTER_ACTION in cluster_ops
+    plans: list[TopicPlan] = []
+
+    def plan() -> list[Finding]:
+        plans.extend(plan_topics(req, pool))
+        return [f for tp in plans for f in _plan_findings(tp)]
+
+    _step(check, "plan", plan)
+    ops: dict[str, tuple[int, frozenset[int] | None]] = {}
+
+    def rights() -> list[Finding]:
+        ops.update(_topic_ops(cluster, req.topics))
+        return [f for tp in plans for f in
+                _local_topic_findings(tp, ops.get(tp.topic, (0, None)), cluster_ops, req)]  # fmt: skip
+
+    _step(check, "topics", rights)
     if opts.fencing:
-        out.extend(_fencing_findings(cluster, req, super_user))
-    elif cluster_ops is not None and (Op.IDEMPOTENT_WRITE in cluster_ops or super_user):
-        out.append(Finding("cluster", "IDEMPOTENT_WRITE", Verdict.OK, "--no-fencing: producer ids"))
+        _step(check, "fencing",
+              lambda: _fencing_findings(cluster, plans, maybe_super))  # fmt: skip
     else:
-        out.append(Finding("cluster", "IDEMPOTENT_WRITE", Verdict.UNKNOWN,
-                           "--no-fencing: producer ids need IDEMPOTENT_WRITE on the cluster, or "
-                           "(Kafka 3.0+) WRITE on the topic"))  # fmt: skip
+        check.findings.append(_idempotent_finding(cluster_ops, check.findings))
     if opts.group is not None:
-        out.extend(_group_findings(cluster, opts.group))
-    return out
+        group = opts.group
+        _step(check, f"group {group}", lambda: _group_findings(cluster, group))
 
 
-def _plan_findings(tp: TopicPlan, local: str) -> list[Finding]:
+def _idempotent_finding(cluster_ops: frozenset[int] | None, found: list[Finding]) -> Finding:
+    """--no-fencing: a producer id without a transactional id needs IDEMPOTENT_WRITE on the
+    cluster or, since Kafka 2.8 (KIP-679, the brokers that report cluster rights), WRITE on
+    any topic."""
+    why = "--no-fencing: producer ids (InitProducerId)"
+    if cluster_ops is not None and Op.IDEMPOTENT_WRITE in cluster_ops:
+        return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.OK, why)
+    if any(f.need == "WRITE" and f.subject.startswith("topic ") and f.verdict is Verdict.OK
+           for f in found):  # fmt: skip
+        return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.OK,
+                       f"{why}: WRITE on a topic suffices (Kafka 2.8+)")  # fmt: skip
+    return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.UNKNOWN,
+                   f"{why} need IDEMPOTENT_WRITE on the cluster or WRITE on a topic")  # fmt: skip
+
+
+def _plan_findings(tp: TopicPlan) -> list[Finding]:
     """What the plan (read-only) says sync would refuse or fail on."""
     subject = f"topic {tp.topic}"
     if tp.error:
@@ -172,34 +230,41 @@ def _plan_findings(tp: TopicPlan, local: str) -> list[Finding]:
     missing = sum(p.missing for p in tp.partitions if p.condition is Condition.BEHIND)
     what = (f"{behind} of {len(tp.partitions)} partitions behind, {missing} offsets to copy"
             if behind else f"all {len(tp.partitions)} partitions in sync")  # fmt: skip
+    if tp.create is not None:
+        what = f"to be created with {tp.create.partitions} partitions; {what}"
     return [Finding(subject, "plan", Verdict.OK, what)]
 
 
 def _local_topic_findings(
-    cluster: Cluster,
     tp: TopicPlan,
     topic_ops: tuple[int, frozenset[int] | None],
     cluster_ops: frozenset[int] | None,
-    super_user: bool,
     req: SyncRequest,
 ) -> list[Finding]:
     subject = f"topic {tp.topic}"
     code, allowed = topic_ops
-    if tp.create is not None:
-        # A topic that does not exist has no authorized operations: CREATE on the cluster
-        # covers every topic; otherwise a topic ACL may grant it.
-        if cluster_ops is not None and (Op.CREATE in cluster_ops or super_user):
-            return [Finding(subject, "CREATE", Verdict.OK, "--create-missing (on the cluster)")]
-        acl_code, rules = cluster.ask(lambda c: c.describe_acls(2, tp.topic))
-        return [acl_verdict(acl_code, _rules(rules), principal_of(cluster.ref), Op.CREATE,
-                            subject, "--create-missing", super_user=super_user)]  # fmt: skip
     if code == _TOPIC_AUTHORIZATION_FAILED:
-        return [Finding(subject, "DESCRIBE", Verdict.MISSING, "reading its bounds: not authorized")]
-    out = [
+        return [Finding(subject, "DESCRIBE", Verdict.MISSING, "seeing the topic: not authorized")]
+    out = []
+    if tp.create is not None:
+        # Metadata reports rights on a topic that does not exist yet from its topic ACLs;
+        # CREATE may come from the cluster instead.
+        if cluster_ops is not None and Op.CREATE in cluster_ops:
+            out.append(Finding(subject, "CREATE", Verdict.OK, "--create-missing (on the cluster)"))
+        elif allowed is None and cluster_ops is None:
+            out.append(Finding(subject, "CREATE", Verdict.UNKNOWN, "--create-missing; the "
+                               "broker does not report authorized operations"))  # fmt: skip
+        else:
+            out.append(ops_verdict(allowed or frozenset(), Op.CREATE, subject,
+                                   "--create-missing (on the topic or the cluster)"))  # fmt: skip
+    out += [
         ops_verdict(allowed, Op.DESCRIBE, subject, "bounds (ListOffsets)"),
+        ops_verdict(allowed, Op.READ, subject, "reading the local log's last batch (Fetch)"),
         ops_verdict(allowed, Op.WRITE, subject, "appending (Produce)"),
-        ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject, "the configs that decide identity"),
-    ]
+        ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject,
+                    "reading the configs that decide identity (without it sync assumes "
+                    "Kafka's defaults, unverified)"),
+    ]  # fmt: skip
     if tp.grow is not None:
         out.append(ops_verdict(allowed, Op.ALTER, subject,
                                f"growing it to {tp.grow.partitions} partitions"))  # fmt: skip
@@ -208,40 +273,49 @@ def _local_topic_findings(
         why = (f"starting partition {starts[0]} at its sources' log start (DeleteRecords)"
                if starts else "--on-retention-gap skip (DeleteRecords)")  # fmt: skip
         out.append(ops_verdict(allowed, Op.DELETE, subject, why))
-        if starts and not cluster.ask(lambda c: c.supports("DeleteRecords")):
-            out.append(Finding(subject, "DeleteRecords", Verdict.MISSING,
-                               f"{why}: the broker does not offer DeleteRecords"))  # fmt: skip
     return out
 
 
-def _rules(entries: list[AclEntry]) -> list[AclRule]:
-    return [AclRule(e.principal, e.host, e.operation, e.permission) for e in entries]
+def _acls(cluster: Cluster, resource_type: int, name: str) -> tuple[int, list[AclRule]]:
+    code, entries = cluster.ask(lambda c: c.describe_acls(resource_type, name))
+    return code, [AclRule(e.principal, e.host, e.operation, e.permission) for e in entries]
 
 
-def _fencing_findings(cluster: Cluster, req: SyncRequest, super_user: bool) -> list[Finding]:
+def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: bool) -> list[Finding]:
     """Fencing takes a producer id under each partition's transactional id: the coordinator
-    must be there, and the id's ACLs allow DESCRIBE (FindCoordinator answers) and WRITE (only
-    DescribeAcls can tell, where this client may read ACLs)."""
-    if not req.topics:
+    must be there, and the ids' ACLs allow DESCRIBE (FindCoordinator answers) and WRITE (only
+    DescribeAcls can tell, where this client may read ACLs). One id per topic: its first
+    partition's."""
+    ids = [transactional_id(tp.topic, tp.partitions[0].partition if tp.partitions else 0)
+           for tp in plans if not tp.error and not tp.refused]  # fmt: skip
+    if not ids:
         return []
-    tid = transactional_id(req.topics[0], 0)
-    subject = f"transactional id {tid}"
     if not cluster.ask(lambda c: c.supports("InitProducerId")):
-        return [Finding(subject, "InitProducerId", Verdict.MISSING,
+        return [Finding("transactional ids", "InitProducerId", Verdict.MISSING,
                         "fencing: the broker does not offer InitProducerId (--no-fencing "
                         "appends without it)")]  # fmt: skip
-    code, coord = cluster.find_coordinator(tid, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
-    if code == _TXN_ID_AUTHORIZATION_FAILED:
-        return [Finding(subject, "DESCRIBE", Verdict.MISSING,
-                        "fencing: not authorized (ACLs on TransactionalId, prefix 'partsync:')")]  # fmt: skip
-    if code or coord is None:
-        return [Finding(subject, "coordinator", Verdict.MISSING,
-                        f"fencing: no transaction coordinator ({error_name(code)}); the "
-                        "__transaction_state topic must be creatable")]  # fmt: skip
-    out = [Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}")]
-    acl_code, rules = cluster.ask(lambda c: c.describe_acls(_TRANSACTIONAL_ID, tid))
-    out.append(acl_verdict(acl_code, _rules(rules), principal_of(cluster.ref), Op.WRITE, subject,
-                           "fencing (InitProducerId)", super_user=super_user))  # fmt: skip
+    found = cluster.find_coordinators(ids, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
+    out = []
+    for tid in ids:
+        subject = f"transactional id {tid}"
+        code, coord = found[tid]
+        if code == _TXN_ID_AUTHORIZATION_FAILED:
+            out.append(Finding(subject, "DESCRIBE", Verdict.MISSING, "fencing: not authorized "
+                               "(ACLs on TransactionalId, prefix 'partsync:')"))  # fmt: skip
+            continue
+        if code in COORDINATOR_RETRY_CODES:  # a new cluster's coordinator still starting
+            out.append(Finding(subject, "coordinator", Verdict.UNKNOWN, "fencing: the "
+                               f"coordinator is not ready yet ({error_name(code)})"))  # fmt: skip
+            continue
+        if code or coord is None:
+            out.append(Finding(subject, "coordinator", Verdict.MISSING,
+                               f"fencing: no transaction coordinator ({error_name(code)})"))  # fmt: skip
+            continue
+        out.append(Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}"))
+        acl_code, rules = _acls(cluster, _TRANSACTIONAL_ID, tid)
+        out.append(acl_verdict(acl_code, rules, principal_of(cluster.ref), Op.WRITE,
+                               subject, "fencing (InitProducerId)",
+                               maybe_super_user=maybe_super))  # fmt: skip
     return out
 
 
@@ -252,6 +326,9 @@ def _group_findings(cluster: Cluster, group: str) -> list[Finding]:
         return [Finding(subject, "DESCRIBE", Verdict.MISSING,
                         "sharing partitions between processes: not authorized (--no-group "
                         "runs without the group)")]  # fmt: skip
+    if code in COORDINATOR_RETRY_CODES:
+        return [Finding(subject, "coordinator", Verdict.UNKNOWN,
+                        f"the coordinator is not ready yet ({error_name(code)})")]  # fmt: skip
     if code or coord is None:
         return [Finding(subject, "coordinator", Verdict.MISSING,
                         f"no group coordinator ({error_name(code)})")]  # fmt: skip

@@ -34,9 +34,7 @@ def test_authorized_operations() -> None:
     assert ops_verdict(frozenset({Op.READ, Op.DESCRIBE}), Op.READ, "t", "why").verdict is Verdict.OK
     missing = ops_verdict(frozenset({Op.DESCRIBE}), Op.READ, "topic t", "copying (Fetch)")
     assert missing == Finding("topic t", "READ", Verdict.MISSING, "copying (Fetch): not authorized")
-    assert ops_verdict(frozenset({Op.ALL}), Op.WRITE, "t", "w").verdict is Verdict.OK
     assert ops_verdict(None, Op.WRITE, "t", "w").verdict is Verdict.UNKNOWN
-    assert ops_verdict(frozenset(), Op.WRITE, "t", "w", super_user=True).verdict is Verdict.OK
 
 
 def test_acls_allow_deny_and_implied_operations() -> None:
@@ -46,19 +44,24 @@ def test_acls_allow_deny_and_implied_operations() -> None:
     # A DENY wins over any ALLOW, also one for ALL.
     assert _verdict([_acl(Op.WRITE), _acl(Op.ALL, DENY)]) is Verdict.MISSING
     assert _verdict([_acl(Op.ALL), _acl(Op.WRITE, DENY, principal="User:*")]) is Verdict.MISSING
-    # Another principal's rules do not count; nothing allowing it is denied.
+    # Another principal's rules do not count: the resource has ACLs, none allows it to us.
     assert _verdict([_acl(Op.WRITE, principal="User:bob")]) is Verdict.MISSING
-    assert _verdict([]) is Verdict.MISSING
     # WRITE implies DESCRIBE (an ALLOW), but a DENY of WRITE does not deny DESCRIBE.
     assert _verdict([_acl(Op.WRITE)], Op.DESCRIBE) is Verdict.OK
     assert _verdict([_acl(Op.DESCRIBE), _acl(Op.WRITE, DENY)], Op.DESCRIBE) is Verdict.OK
     assert _verdict([_acl(Op.DESCRIBE)], Op.WRITE) is Verdict.MISSING
-    # An ALLOW for one host may not be ours: not counted; a DENY for one host is.
-    assert _verdict([_acl(Op.WRITE, host="10.0.0.9")]) is Verdict.MISSING
-    assert _verdict([_acl(Op.WRITE), _acl(Op.WRITE, DENY, host="10.0.0.9")]) is Verdict.MISSING
-    # Kafka allows a super user before it looks at ACLs, a DENY included.
-    assert _verdict([], super_user=True) is Verdict.OK
-    assert _verdict([_acl(Op.ALL, DENY)], super_user=True) is Verdict.OK
+
+
+def test_what_acls_cannot_decide_is_unknown() -> None:
+    # No ACL on the resource at all: allow.everyone.if.no.acl.found decides.
+    assert _verdict([]) is Verdict.UNKNOWN
+    # A rule for one host: Kafka compares it with the client's address, unknown here.
+    assert _verdict([_acl(Op.WRITE, host="10.0.0.9")]) is Verdict.UNKNOWN
+    assert _verdict([_acl(Op.WRITE), _acl(Op.WRITE, DENY, host="10.0.0.9")]) is Verdict.UNKNOWN
+    # A principal that may be a super user (allowed before any ACL is read).
+    bob_only = [_acl(Op.WRITE, principal="User:bob")]
+    assert _verdict(bob_only, maybe_super_user=True) is Verdict.UNKNOWN
+    assert _verdict([_acl(Op.ALL, DENY)], maybe_super_user=True) is Verdict.UNKNOWN
 
 
 def test_acls_that_cannot_be_read() -> None:
