@@ -52,6 +52,7 @@ _CLUSTER_KEYS = {
     "max_bytes_per_sec",
     "request_timeout_ms",
     "connect_timeout_ms",
+    "socket_buffer_bytes",
 }
 _TOP_KEYS = {"local", "clusters", "defaults"}
 # What [defaults] may set for every cluster (a cluster's own table wins, key by key).
@@ -97,6 +98,9 @@ class ClusterRef:
     # How long a broker may take to answer a request, and to accept a connection (and TLS).
     request_timeout_ms: int = 30_000
     connect_timeout_ms: int = 30_000
+    # Each connection's send and receive buffers: on a long fat link the receive window, and
+    # so one connection's throughput, is bounded by it (the kernel caps it at net.core.*mem_max).
+    socket_buffer_bytes: int = 4 << 20
 
     @property
     def bootstrap(self) -> str:
@@ -264,6 +268,9 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         if isinstance(ms, bool) or not isinstance(ms, int) or not 100 <= ms <= 3_600_000:
             raise ConfigError(f"{where}: {key} must be milliseconds from 100 to 3600000")
         timeouts[key] = ms
+    buffer = table.get("socket_buffer_bytes", 4 << 20)
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or not 65536 <= buffer <= 1 << 30:
+        raise ConfigError(f"{where}: socket_buffer_bytes must be bytes from 65536 to 1073741824")
     security = Security(
         security_protocol=protocol,
         ssl_cafile=table.get("ssl_cafile"),
@@ -283,6 +290,7 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         client_id=str(table.get("client_id", "partsync")),
         security=security,
         max_bytes_per_sec=rate,
+        socket_buffer_bytes=buffer,
         **timeouts,
     )
 

@@ -120,6 +120,7 @@ class Cluster:
             security=self.ref.security,
             timeout=self.timeout if timeout is None else timeout,
             connect_timeout=self.ref.connect_timeout_ms / 1000,
+            socket_buffer_bytes=self.ref.socket_buffer_bytes,
         )
 
     def _bootstrap_conn(self) -> Connection:

@@ -549,3 +549,13 @@ def test_oauthbearer_token_from_env_or_a_file_read_at_each_connection(tmp_path: 
     # Not kept: the connection reads the file each time (a refreshed token is followed).
     assert ref.security.sasl_oauthbearer_token is None
     assert ref.security.sasl_oauthbearer_token_file == str(tmp_path / "tok")
+
+
+def test_socket_buffer_bytes(tmp_path: Path) -> None:
+    text = '[clusters.x]\nbootstrap_servers = ["h:1"]\nsocket_buffer_bytes = 16777216\n'
+    assert load_config(write(tmp_path, text), env={}).clusters["x"].socket_buffer_bytes == 16 << 20
+    assert ClusterRef("y", (("h", 1),)).socket_buffer_bytes == 4 << 20
+    for bad in ("1024", "true", '"big"'):
+        text = f'[clusters.x]\nbootstrap_servers = ["h:1"]\nsocket_buffer_bytes = {bad}\n'
+        with pytest.raises(ConfigError, match="socket_buffer_bytes must be bytes"):
+            load_config(write(tmp_path, text), env={})
