@@ -55,6 +55,9 @@ _CLUSTER_KEYS = {
     "socket_buffer_bytes",
 }
 _TOP_KEYS = {"local", "clusters", "defaults"}
+# Client settings' defaults (ClusterRef's, and what a table that leaves them out gets).
+DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
 # What [defaults] may set for every cluster (a cluster's own table wins, key by key).
 _DEFAULT_KEYS = _CLUSTER_KEYS - {"bootstrap_servers"}
 
@@ -96,11 +99,11 @@ class ClusterRef:
     security: Security = field(default_factory=Security)
     max_bytes_per_sec: int | None = None
     # How long a broker may take to answer a request, and to accept a connection (and TLS).
-    request_timeout_ms: int = 30_000
-    connect_timeout_ms: int = 30_000
+    request_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    connect_timeout_ms: int = DEFAULT_TIMEOUT_MS
     # Each connection's send and receive buffers: on a long fat link the receive window, and
     # so one connection's throughput, is bounded by it (the kernel caps it at net.core.*mem_max).
-    socket_buffer_bytes: int = 4 << 20
+    socket_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES
 
     @property
     def bootstrap(self) -> str:
@@ -264,11 +267,11 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         raise ConfigError(f"{where}: max_bytes_per_sec must be a positive integer")
     timeouts = {}
     for key in ("request_timeout_ms", "connect_timeout_ms"):
-        ms = table.get(key, 30_000)
+        ms = table.get(key, DEFAULT_TIMEOUT_MS)
         if isinstance(ms, bool) or not isinstance(ms, int) or not 100 <= ms <= 3_600_000:
             raise ConfigError(f"{where}: {key} must be milliseconds from 100 to 3600000")
         timeouts[key] = ms
-    buffer = table.get("socket_buffer_bytes", 4 << 20)
+    buffer = table.get("socket_buffer_bytes", DEFAULT_SOCKET_BUFFER_BYTES)
     if isinstance(buffer, bool) or not isinstance(buffer, int) or not 65536 <= buffer <= 1 << 30:
         raise ConfigError(f"{where}: socket_buffer_bytes must be bytes from 65536 to 1073741824")
     security = Security(

@@ -70,7 +70,7 @@ from partsync._kafka.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from partsync._kafka.raw import Buffer
-from partsync.config import Security, read_secret_file
+from partsync.config import DEFAULT_SOCKET_BUFFER_BYTES, Security, read_secret_file
 from partsync.errors import ClusterError, PartsyncError
 
 __all__ = [
@@ -257,7 +257,7 @@ class BrokerConnection:
         client_id: str = "partsync",
         security: Security | None = None,
         timeout: float = 30.0,
-        socket_buffer_bytes: int = 4 << 20,
+        socket_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES,
         connect_timeout: float | None = None,
     ) -> None:
         """``timeout``: seconds each read or write may take; ``connect_timeout``: for the TCP

@@ -111,14 +111,22 @@ def _until_authorized(cfg: Path, password: str, topic: str) -> None:
         time.sleep(0.3)
 
 
+def _topic(secured: KafkaCluster, source: Broker, topic: str, counts: tuple[int, ...]) -> str:
+    """A topic under the granted prefix, on the source with ``counts`` records per partition
+    (lz4 after the first) and empty on the secured cluster."""
+    name = PREFIX + topic
+    create_topic(source.bootstrap, name, len(counts))
+    for p, n in enumerate(counts):
+        produce(source.bootstrap, name, records(n, seed=11 + p), partition=p,
+                compression="lz4" if p else "none")  # fmt: skip
+    create_topic(secured.bootstrap, name, len(counts))
+    return name
+
+
 def test_a_user_with_the_rights_checks_ok_and_syncs_over_sasl(
     secured: KafkaCluster, source_a: Broker, tmp_path: Path, topic: str
 ) -> None:
-    name = PREFIX + topic
-    create_topic(source_a.bootstrap, name, 2)
-    produce(source_a.bootstrap, name, records(40, seed=11), partition=0)
-    produce(source_a.bootstrap, name, records(25, seed=12), partition=1, compression="lz4")
-    create_topic(secured.bootstrap, name, 2)
+    name = _topic(secured, source_a, topic, (40, 25))
     scram = _config(tmp_path, source_a, secured, "alice", "SCRAM-SHA-256")
     _until_authorized(scram, PASSWORDS["alice"], name)
 
@@ -150,10 +158,7 @@ def test_a_user_with_the_rights_checks_ok_and_syncs_over_sasl(
 def test_check_names_what_a_user_lacks_and_sync_writes_nothing(
     secured: KafkaCluster, source_a: Broker, tmp_path: Path, topic: str
 ) -> None:
-    name = PREFIX + topic
-    create_topic(source_a.bootstrap, name, 1)
-    produce(source_a.bootstrap, name, records(10, seed=13), partition=0)
-    create_topic(secured.bootstrap, name, 1)
+    name = _topic(secured, source_a, topic, (10,))
     cfg = _config(tmp_path, source_a, secured, "bob", "SCRAM-SHA-512")
     _until_authorized(cfg, PASSWORDS["bob"], name)
 
@@ -189,10 +194,7 @@ def test_a_wrong_password_is_an_unreachable_cluster_named_without_the_password(
 def test_oauthbearer_token_file_is_read_at_each_connection(
     secured: KafkaCluster, source_a: Broker, tmp_path: Path, topic: str
 ) -> None:
-    name = PREFIX + topic
-    create_topic(source_a.bootstrap, name, 1)
-    produce(source_a.bootstrap, name, records(5, seed=17), partition=0)
-    create_topic(secured.bootstrap, name, 1)
+    name = _topic(secured, source_a, topic, (5,))
     token = tmp_path / "token"
     token.write_text(SaslSetup.unsigned_jwt("alice") + "\n")
     cfg = _config(tmp_path, source_a, secured, str(token), "OAUTHBEARER")
