@@ -53,6 +53,7 @@ _CLUSTER_KEYS = {
     "request_timeout_ms",
     "connect_timeout_ms",
     "socket_buffer_bytes",
+    "client_rack",
 }
 _TOP_KEYS = {"local", "clusters", "defaults"}
 # Client settings' defaults (ClusterRef's, and what a table that leaves them out gets).
@@ -104,6 +105,9 @@ class ClusterRef:
     # Each connection's send and receive buffers: on a long fat link the receive window, and
     # so one connection's throughput, is bounded by it (the kernel caps it at net.core.*mem_max).
     socket_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES
+    # Kafka's client.rack: sent with fetches, so a leader with a rack-aware replica selector
+    # (replica.selector.class) can point partsync at a replica in the same rack (KIP-392).
+    client_rack: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -257,7 +261,8 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
     check_hostname = table.get("ssl_check_hostname", True)
     if not isinstance(check_hostname, bool):
         raise ConfigError(f"{where}: ssl_check_hostname must be true or false (unquoted)")
-    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username"):
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username",
+                "client_rack"):  # fmt: skip
         if key in table and not isinstance(table[key], str):
             raise ConfigError(f"{where}: {key} must be a string")
     ssl_password = _secret(where, table, "ssl_password", env)
@@ -294,6 +299,7 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
         security=security,
         max_bytes_per_sec=rate,
         socket_buffer_bytes=buffer,
+        client_rack=table.get("client_rack") or None,
         **timeouts,
     )
 

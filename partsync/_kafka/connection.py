@@ -259,6 +259,7 @@ class BrokerConnection:
         timeout: float = 30.0,
         socket_buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES,
         connect_timeout: float | None = None,
+        rack: str = "",
     ) -> None:
         """``timeout``: seconds each read or write may take; ``connect_timeout``: for the TCP
         connection and the TLS handshake (default ``timeout``)."""
@@ -266,6 +267,9 @@ class BrokerConnection:
         self.port = port
         self.cluster = cluster
         self.client_id = client_id
+        # Sent with fetches (KIP-392): a leader with a rack-aware replica selector may point
+        # this client at a replica in its rack.
+        self.rack = rack
         self.timeout = timeout
         self._security = security or Security()
         self._send_lock = threading.Lock()

@@ -104,7 +104,8 @@ def produce_request_parts(
 class RawFetchPartition:
     """One partition of a Fetch response; ``records`` is a view into the response body."""
 
-    __slots__ = ("error_code", "high_watermark", "log_start_offset", "partition", "records")
+    __slots__ = ("error_code", "high_watermark", "log_start_offset", "partition",
+                 "preferred_read_replica", "records")  # fmt: skip
 
     def __init__(
         self,
@@ -113,12 +114,14 @@ class RawFetchPartition:
         high_watermark: int,
         log_start_offset: int,
         records: memoryview,
+        preferred_read_replica: int = -1,
     ) -> None:
         self.partition = partition
         self.error_code = error_code
         self.high_watermark = high_watermark
         self.log_start_offset = log_start_offset
         self.records = records
+        self.preferred_read_replica = preferred_read_replica
 
 
 def decode_fetch_response(
@@ -160,8 +163,10 @@ def decode_fetch_response(
                     pos += 8
                 (n_aborted,) = _I32.unpack_from(view, pos)
                 pos += 4 + max(0, n_aborted) * 16
+                preferred = -1
                 if version >= 11:
-                    pos += 4  # preferred read replica
+                    (preferred,) = _I32.unpack_from(view, pos)
+                    pos += 4
                 (size,) = _I32.unpack_from(view, pos)
                 pos += 4
                 if size < 0:
@@ -171,7 +176,7 @@ def decode_fetch_response(
                         raise ValueError("records run past the end of the response")
                     records = view[pos : pos + size]
                     pos += size
-                parts.append(RawFetchPartition(index, code, hw, start, records))
+                parts.append(RawFetchPartition(index, code, hw, start, records, preferred))
     except struct.error as e:
         raise ValueError(f"truncated Fetch response: {e}") from None
     if pos != len(view):

@@ -84,6 +84,9 @@ class FetchedPartition:
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
+    # KIP-392: the replica the leader asks this client to fetch the partition from instead
+    # (given a client rack; the answer then holds no records), or -1.
+    preferred_read_replica: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ def _fetch_request(
     max_wait_ms: int,
     min_bytes: int,
     max_bytes: int,
+    rack: str = "",
 ) -> FetchRequest:
     P = FetchRequest.FetchTopic.FetchPartition
     return FetchRequest(
@@ -121,7 +125,7 @@ def _fetch_request(
             for topic, parts in wanted.items()
         ],
         forgotten_topics_data=[],
-        rack_id="",
+        rack_id=rack,
     )
 
 
@@ -200,9 +204,10 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         max_bytes: int = 64 << 20,
     ) -> None:
         """Send a Fetch for (partition, offset, partition_max_bytes) triples; read it with
-        ``receive_fetch``. min_bytes >= 1: Tansu answers min_bytes=0 with no partitions."""
-        self.send_fetch_many({topic: wanted}, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                             max_bytes=max_bytes)  # fmt: skip
+        ``receive_fetch``. min_bytes >= 1: Tansu answers min_bytes=0 with no partitions.
+        Without the client's rack: the leader answers (a doorbell waits on the leader's log;
+        a leader that points elsewhere answers at once, which would spin)."""
+        self.send("Fetch", _fetch_request({topic: wanted}, max_wait_ms, min_bytes, max_bytes))
 
     def send_fetch_many(
         self,
@@ -212,8 +217,9 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         min_bytes: int = 1,
         max_bytes: int = 64 << 20,
     ) -> None:
-        """``send_fetch`` for several topics; read it with ``receive_fetch_many``."""
-        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes))
+        """A Fetch for several topics, with the client's rack (KIP-392: an answer may point a
+        partition at another replica); read it with ``receive_fetch_many``."""
+        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes, self.rack))
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
         """The answer to ``send_fetch`` (one topic), its records views into the received body
@@ -236,7 +242,12 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
             raise_for_code(error, "Fetch", cluster=self.cluster)
         return {
             (topic, p.partition): FetchedPartition(
-                p.partition, p.error_code, p.high_watermark, p.log_start_offset, p.records
+                p.partition,
+                p.error_code,
+                p.high_watermark,
+                p.log_start_offset,
+                p.records,
+                p.preferred_read_replica,
             )
             for topic, parts in topics.items()
             for p in parts

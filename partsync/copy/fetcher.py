@@ -17,11 +17,11 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from partsync._kafka import THROTTLE_WAIT_LIMIT_S
+from partsync._kafka import THROTTLE_WAIT_LIMIT_S, FetchedPartition
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.pieces import Piece, Pieces, SourceWork
 from partsync.copy.throttle import limiter_for
-from partsync.errors import PartsyncError
+from partsync.errors import ClusterError, PartsyncError
 from partsync.io.fetch_lane import FetchAnswer, FetchLane
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
@@ -224,6 +224,11 @@ class _Fetcher:
             self.ctx.stopping.wait(pause)
             self._requeue(r)
             return
+        if answer is not None and self._redirected(answer):
+            self.ctx.budget.release(r.size)
+            self.lane = None  # the next fetch goes where the partition is read from now
+            self._requeue(r)
+            return
         piece = r.piece
         probe = piece.end is None
         try:
@@ -260,6 +265,24 @@ class _Fetcher:
             self._complete(r)
         else:
             self._requeue(r)
+
+    def _redirected(self, answer: FetchedPartition) -> bool:
+        """Whether this answer moves the partition's fetches to another replica (KIP-392): its
+        leader points at a replica in this client's rack (the answer holds no records), or the
+        replica it pointed at could not serve (back to the leader)."""
+        cluster = self.ctx.sources[self.source]
+        tp = (self.ctx.topic, self.ctx.partition)
+        if answer.error_code:
+            return cluster.forget_read_replica(*tp)
+        if answer.preferred_read_replica < 0 or len(answer.records):
+            return False
+        if cluster.prefer_read_replica(*tp, answer.preferred_read_replica):
+            return True
+        raise ClusterError(
+            f"the leader points at replica {answer.preferred_read_replica}, which failed to "
+            "serve this partition moments ago", cluster=self.source, topic=self.ctx.topic,
+            partition=self.ctx.partition,
+        )  # fmt: skip
 
     def _complete(self, r: _Read) -> None:
         r.read.done = True

@@ -54,6 +54,11 @@ _IDLE_MAX = 32
 _IDLE_REUSE_S = 60.0
 # A shared writer or fetch lane idle this long is replaced before use, for the same reason.
 _PIPELINE_IDLE_S = 300.0
+# KIP-392: how long a leader's "fetch from replica N" holds before the leader is asked again
+# (Kafka's consumer keeps it for metadata.max.age.ms, 5 minutes by default), and how long a
+# replica that failed to serve is not taken again.
+_READ_REPLICA_S = 300.0
+_READ_REPLICA_FAILED_S = 60.0
 _V = TypeVar("_V")
 _Pipeline = SharedWriter | FetchLane
 _S = TypeVar("_S", SharedWriter, FetchLane)
@@ -105,6 +110,9 @@ class Cluster:
         # Dedicated connections a finished copy gave back, by broker address, with the time
         # they were given back: the next copy to that broker takes one instead of connecting.
         self._idle: dict[tuple[str, int], list[tuple[float, Connection]]] = {}
+        # Per partition, the replica its leader told this client (client_rack) to fetch from
+        # and until when; a replica that failed is (-1, until when none is taken).
+        self._read_replicas: dict[tuple[str, int], tuple[int, float]] = {}
         self._closed = False
 
     # -- connections --------------------------------------------------------------------------
@@ -121,6 +129,7 @@ class Cluster:
             timeout=self.timeout if timeout is None else timeout,
             connect_timeout=self.ref.connect_timeout_ms / 1000,
             socket_buffer_bytes=self.ref.socket_buffer_bytes,
+            rack=self.ref.client_rack or "",
         )
 
     def _bootstrap_conn(self) -> Connection:
@@ -359,12 +368,52 @@ class Cluster:
     def fetch_lane(
         self, topic: str, partition: int, lane: int = 0, *, in_flight: int = 4
     ) -> FetchLane:
-        """Fetch lane ``lane`` to the partition's leader, shared by every partition copy of
+        """Fetch lane ``lane`` to the broker the partition is read from (its leader, or the
+        replica the leader pointed this client's rack at), shared by every partition copy of
         this process that fetches from that broker (many partitions per Fetch request); a broken
         one is replaced."""
-        leader = self.leader(topic, partition)
-        return self._shared(("fetch", leader, lane), leader,
+        broker = self.read_broker(topic, partition)
+        return self._shared(("fetch", broker, lane), broker,
                             lambda c: FetchLane(c, max_in_flight=in_flight))  # fmt: skip
+
+    def read_broker(self, topic: str, partition: int) -> int:
+        """Where the partition's records are fetched from: the replica its leader prefers for
+        this client's rack (KIP-392, ``client_rack``) while that holds, else the leader."""
+        leader = self.leader(topic, partition)
+        with self._lock:
+            node, until = self._read_replicas.get((topic, partition), (-1, 0.0))
+        if node < 0 or time.monotonic() >= until or node not in self.metadata().brokers:
+            return leader
+        return node
+
+    def prefer_read_replica(self, topic: str, partition: int, node: int) -> bool:
+        """The leader answered "fetch this partition from ``node``" (KIP-392). False when that
+        replica failed to serve it lately (the caller goes on with the leader's answer)."""
+        now = time.monotonic()
+        with self._lock:
+            old, until = self._read_replicas.get((topic, partition), (-1, 0.0))
+            if old < 0 and now < until:
+                return False
+            if old != node:
+                log.debug("%s: fetching %s-%d from replica %d (client_rack %s)", self.name,
+                          topic, partition, node, self.ref.client_rack)  # fmt: skip
+            self._read_replicas[(topic, partition)] = (node, now + _READ_REPLICA_S)
+            return True
+
+    def forget_read_replica(self, topic: str, partition: int) -> bool:
+        """A preferred replica could not serve the partition: fetch from the leader, and do not
+        take a replica for it again for a while. False when it was read from its leader."""
+        with self._lock:
+            node, until = self._read_replicas.get((topic, partition), (-1, 0.0))
+            if node < 0 or time.monotonic() >= until:
+                return False
+            self._read_replicas[(topic, partition)] = (
+                -1,
+                time.monotonic() + _READ_REPLICA_FAILED_S,
+            )
+        log.debug("%s: replica %d could not serve %s-%d: back to its leader", self.name, node,
+                  topic, partition)  # fmt: skip
+        return True
 
     def _shared(self, key: Hashable, leader: int, make: Callable[[Connection], _S]) -> _S:
         def usable(p: _Pipeline | None) -> bool:

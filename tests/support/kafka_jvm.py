@@ -510,6 +510,7 @@ class KafkaCluster:
         cluster_id: str,
         sasl: SaslSetup | None = None,
         tls: TlsSetup | None = None,
+        racks: Sequence[str] = (),
     ) -> None:
         self.version = version
         self.lib_dir = lib_dir
@@ -521,6 +522,7 @@ class KafkaCluster:
         self.cluster_id = cluster_id
         self.sasl = sasl
         self.tls = tls
+        self.racks = tuple(racks)
         self._lock = threading.RLock()
 
     # -- views ------------------------------------------------------------------------------
@@ -596,6 +598,8 @@ class KafkaCluster:
                 if setup is not None:
                     listeners.append(listener)
                     props["advertised.listeners"] += "," + listener
+        if self.racks and node.is_broker:
+            props["broker.rack"] = self.racks[(node.node_id - 1) % len(self.racks)]
         for setup, protocol in ((self.sasl, "SASL_PLAINTEXT"), (self.tls, "SSL")):
             if setup is not None:
                 props["listener.security.protocol.map"] += f",{protocol}:{protocol}"
@@ -840,13 +844,15 @@ def start_kafka_cluster(
     attempts: int = 3,
     sasl: SaslSetup | None = None,
     tls: TlsSetup | None = None,
+    racks: Sequence[str] = (),
 ) -> KafkaCluster:
     """Format and start a KRaft cluster of ``brokers`` nodes and wait until it is ready.
 
     Broker node ids are 1..brokers (a dedicated controller is node 0). ``overrides`` are
     broker configs written last (they win over the defaults here). ``data_dir`` must not hold
     node-* directories yet. A port taken between choosing and binding it is retried with new
-    ports, up to ``attempts`` times.
+    ports, up to ``attempts`` times. ``racks``: broker n's ``broker.rack`` is racks[n-1]
+    (cycling); ``sasl`` and ``tls`` add listeners (``SaslSetup``, ``TlsSetup``).
     """
     if brokers < 1:
         raise ValueError("brokers must be >= 1")
@@ -868,6 +874,7 @@ def start_kafka_cluster(
             cluster_id=_random_cluster_id(),
             sasl=sasl,
             tls=tls,
+            racks=racks,
         )
         try:
             for n in cluster.nodes:

@@ -1,0 +1,90 @@
+"""client_rack (KIP-392) on Apache Kafka itself: a three-broker source in three racks with the
+rack-aware replica selector. With a client rack, the leader points partsync at the replica in
+that rack and the copy is fetched from there; without one, from the leader; either way the
+copy is identical."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from partsync.config import ClusterRef
+from partsync.demo.brokers import Broker
+from partsync.demo.data import assert_partitions_identical, produce
+from partsync.io.cluster import Cluster
+from tests.conftest import run_cli
+from tests.integration.sync_support import records
+from tests.support.kafka_jvm import KAFKA_4, KafkaCluster, start_kafka_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
+
+RACKS = ("rack-a", "rack-b", "rack-c")
+
+
+@pytest.fixture(scope="module")
+def racked_source(
+    broker_mode: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaCluster]:
+    version = broker_mode.removeprefix("kafka-")
+    if version != KAFKA_4:
+        pytest.skip("the replica selector is the broker's (Kafka 2.4+): one version suffices")
+    cluster = start_kafka_cluster(
+        version, 3, data_dir=tmp_path_factory.mktemp("kafka-racks"), racks=RACKS,
+        overrides={"replica.selector.class":
+                   "org.apache.kafka.common.replica.RackAwareReplicaSelector"},
+    )  # fmt: skip
+    yield cluster
+    cluster.stop()
+
+
+def _ref(bootstrap: str) -> ClusterRef:
+    servers = tuple((h, int(p)) for h, p in (s.rsplit(":", 1) for s in bootstrap.split(",")))
+    return ClusterRef(name="src", bootstrap_servers=servers)
+
+
+def _config(tmp_path: Path, source: KafkaCluster, local: Broker, rack: str | None) -> Path:
+    servers = ", ".join(f'"{s}"' for s in source.bootstrap.split(","))
+    path = tmp_path / f"partsync-{rack}.toml"
+    path.write_text(
+        'local = "local"\n'
+        f"[clusters.src]\nbootstrap_servers = [{servers}]\n"
+        + (f'client_rack = "{rack}"\n' if rack else "")
+        + f'[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n'
+    )
+    return path
+
+
+def test_a_client_rack_fetches_from_the_replica_in_that_rack(
+    racked_source: KafkaCluster, local_broker: Broker, tmp_path: Path, topic: str
+) -> None:
+    with Cluster(_ref(racked_source.bootstrap)) as src:
+        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        info = src.topic(topic, refresh=True)
+        assert info is not None
+        leader = info.leaders[0]
+    produce(racked_source.bootstrap, topic, records(300, seed=31), partition=0, compression="lz4")
+    # A rack whose broker is a follower of partition 0.
+    follower = next(n for n in racked_source.brokers if n.node_id != leader)
+    rack = RACKS[follower.node_id - 1]
+
+    cfg = _config(tmp_path, racked_source, local_broker, rack)
+    r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
+                "--create-missing", "--no-group")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    moved = re.findall(rf"src: fetching {re.escape(topic)}-0 from replica (\d+) \(client_rack "
+                       rf"{rack}\)", r.stderr)  # fmt: skip
+    assert moved == [str(follower.node_id)], r.stderr[-3000:]
+    assert "back to its leader" not in r.stderr  # the follower served the copy
+    assert_partitions_identical(racked_source.bootstrap, local_broker.bootstrap, topic, 1)
+
+    # Without a rack the leader serves: no replica is chosen.
+    produce(racked_source.bootstrap, topic, records(50, seed=32), partition=0)
+    cfg = _config(tmp_path, racked_source, local_broker, None)
+    r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
+                "--no-group")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert "from replica" not in r.stderr
+    assert_partitions_identical(racked_source.bootstrap, local_broker.bootstrap, topic, 1)
