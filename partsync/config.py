@@ -189,6 +189,8 @@ def read_secret_file(path: str, what: str) -> str:
             text = f.read().rstrip("\r\n")
     except OSError as e:
         raise ConfigError(f"{what}: cannot read {path!r}: {e.strerror or e}") from None
+    except ValueError:  # not UTF-8 text
+        raise ConfigError(f"{what}: {path!r} is not UTF-8 text") from None
     if not text:
         raise ConfigError(f"{what}: {path!r} is empty")
     return text
@@ -304,6 +306,19 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
     )
 
 
+_SECRETS = ("sasl_plain_password", "ssl_password", "sasl_oauthbearer_token")
+
+
+def _without_overridden_secrets(
+    defaults: Mapping[str, Any], table: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``[defaults]`` less the secrets a cluster's table gives itself: a cluster's
+    ``*_file`` replaces a default ``*_env`` (and the other way round), not joins it."""
+    drop = {f"{k}{v}" for k in _SECRETS for v in ("_env", "_file")
+            if f"{k}_env" in table or f"{k}_file" in table}  # fmt: skip
+    return {k: v for k, v in defaults.items() if k not in drop}
+
+
 def parse_config(
     data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None
 ) -> Config:
@@ -318,7 +333,7 @@ def parse_config(
         raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")
     clusters = {}
     for name, t in tables.items():
-        merged = {**defaults, **t} if isinstance(t, dict) else t
+        merged = {**_without_overridden_secrets(defaults, t), **t} if isinstance(t, dict) else t
         clusters[name] = _cluster(name, merged, env, where=f"{where}: [clusters.{name}]"
                                   + (" (with [defaults])" if defaults else ""))  # fmt: skip
     local = data.get("local")

@@ -155,9 +155,10 @@ _warned_lock = threading.Lock()
 class _Token(AbstractTokenProvider):  # type: ignore[misc]
     """An OAUTHBEARER token: the configured one, or the token file's content as it is now."""
 
-    def __init__(self, sec: Security) -> None:
+    def __init__(self, sec: Security, cluster: str) -> None:
         super().__init__()
         self._sec = sec
+        self._cluster = cluster
 
     def token(self) -> str:
         path = self._sec.sasl_oauthbearer_token_file
@@ -166,7 +167,7 @@ class _Token(AbstractTokenProvider):  # type: ignore[misc]
         try:
             return read_secret_file(path, "sasl_oauthbearer_token_file")
         except PartsyncError as e:  # gone since start-up: this connection cannot log in
-            raise ClusterError(f"OAUTHBEARER token: {e.reason}") from None
+            raise ClusterError(f"OAUTHBEARER token: {e.reason}", cluster=self._cluster) from None
 
 
 def sasl_identity(sec: Security) -> str:
@@ -281,6 +282,9 @@ class BrokerConnection:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
         self._versions: dict[str, int] = {}
+        # When a SASL session the broker limited (an OAUTHBEARER token's expiry, or
+        # connections.max.reauth.ms) should be given up for a new connection; None: never.
+        self._retire_at: float | None = None
         # ApiVersions' answer: (min, max) version by API key.
         self.offered: dict[int, tuple[int, int]] = {}
         # Set once the socket is closed (by us or after an I/O error): the connection is out of
@@ -462,10 +466,16 @@ class BrokerConnection:
         finally:
             answer.done = True
 
+    @property
+    def expiring(self) -> bool:
+        """Whether its SASL session is near the end of the lifetime the broker gave it: the
+        broker closes it then (KIP-368), so a new user should take a new connection."""
+        return self._retire_at is not None and time.monotonic() >= self._retire_at
+
     def idle_and_open(self) -> bool:
         """Whether the connection can serve another user: open, nothing in flight, and nothing
         to read (a broker that closed it, or sent something unasked, makes it readable)."""
-        if self.closed or self._pending:
+        if self.closed or self._pending or self.expiring:
             return False
         try:
             if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
@@ -538,13 +548,15 @@ class BrokerConnection:
 
     def _authenticate(self) -> None:
         sec = self._security
-        if sec.sasl_mechanism == "PLAIN" and not sec.uses_ssl:
+        if sec.sasl_mechanism in ("PLAIN", "OAUTHBEARER") and not sec.uses_ssl:
             with _warned_lock:
                 first = self.cluster not in _warned_plain
                 _warned_plain.add(self.cluster)
             if first:
-                log.warning("cluster %s: SASL PLAIN without TLS sends the password unencrypted "
-                            "(use SASL_SSL, or SCRAM)", self.cluster)  # fmt: skip
+                what = "password" if sec.sasl_mechanism == "PLAIN" else "token"
+                log.warning("cluster %s: SASL %s without TLS sends the %s unencrypted (use "
+                            "SASL_SSL%s)", self.cluster, sec.sasl_mechanism, what,
+                            ", or SCRAM" if what == "password" else "")  # fmt: skip
         resp = self.call("SaslHandshake", SaslHandshakeRequest(mechanism=sec.sasl_mechanism))
         raise_for_code(
             resp.error_code, f"SASL handshake ({sec.sasl_mechanism})", cluster=self.cluster
@@ -555,7 +567,7 @@ class BrokerConnection:
             sasl_mechanism=sec.sasl_mechanism,
             sasl_plain_username=sec.sasl_plain_username,
             sasl_plain_password=sec.sasl_plain_password,
-            sasl_oauth_token_provider=_Token(sec),
+            sasl_oauth_token_provider=_Token(sec, self.cluster),
         )
         while not mech.is_done():
             auth = self.call(
@@ -569,6 +581,9 @@ class BrokerConnection:
                     cluster=self.cluster,
                 )
             mech.receive(auth.auth_bytes)
+            lifetime_ms = int(getattr(auth, "session_lifetime_ms", 0) or 0)
+            if lifetime_ms > 0:  # retired at 80% of it, before the broker cuts it off
+                self._retire_at = time.monotonic() + 0.8 * lifetime_ms / 1000
         if not mech.is_authenticated():
             raise ClusterError(
                 f"SASL authentication as {sasl_identity(sec)} failed", cluster=self.cluster

@@ -216,10 +216,13 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         max_wait_ms: int = 500,
         min_bytes: int = 1,
         max_bytes: int = 64 << 20,
+        rack: bool = True,
     ) -> None:
-        """A Fetch for several topics, with the client's rack (KIP-392: an answer may point a
-        partition at another replica); read it with ``receive_fetch_many``."""
-        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes, self.rack))
+        """A Fetch for several topics, with the client's rack unless ``rack`` is False (KIP-392:
+        an answer may point a partition at another replica); read it with
+        ``receive_fetch_many``."""
+        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes,
+                                          self.rack if rack else ""))  # fmt: skip
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
         """The answer to ``send_fetch`` (one topic), its records views into the received body

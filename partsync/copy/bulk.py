@@ -236,13 +236,13 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
         if reply.partition is None:
             _hand_back(job, out, "left out of the fetch answer (throttled?)")
             return None
-        if (node := reply.partition.preferred_read_replica) >= 0:
+        node = reply.partition.preferred_read_replica
+        if node >= 0 and not len(reply.partition.records):
             # KIP-392: its leader points this client's rack at another replica; the usual
             # way fetches from there.
             job.ctx.sources[job.source].prefer_read_replica(plan.topic, plan.partition, node)
-            if not len(reply.partition.records):
-                _hand_back(job, out, f"read from replica {node}")
-                return None
+            _hand_back(job, out, f"read from replica {node}")
+            return None
         fetched = job.read.take(reply.partition, job.size)
     except PartsyncError as e:
         _hand_back(job, out, str(e))

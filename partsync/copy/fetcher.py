@@ -21,7 +21,8 @@ from partsync._kafka import THROTTLE_WAIT_LIMIT_S, FetchedPartition
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.pieces import Piece, Pieces, SourceWork
 from partsync.copy.throttle import limiter_for
-from partsync.errors import ClusterError, PartsyncError
+from partsync.errors import PartsyncError
+from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer, FetchLane
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
@@ -38,6 +39,10 @@ _MIN_FETCH = 64 << 10
 # the rest is cut into many pieces, larger where one fetcher reads it all one fetch at a time.
 _PROBE_BYTES = 64 << 10
 _LONE_PROBE_BYTES = 1 << 20
+# A rack replica whose high watermark is below the range the leader's covers is asked again
+# every _BEHIND_WAIT_S, for up to _BEHIND_LIMIT_S; then the leader serves.
+_BEHIND_WAIT_S = 0.05
+_BEHIND_LIMIT_S = 3.0
 
 
 @dataclass(eq=False)
@@ -48,6 +53,7 @@ class _Read:
     read: RangeRead
     size: int = 0  # bytes the outstanding (or next) fetch asks for
     throttled_s: float = 0.0
+    behind_s: float = 0.0  # waited for a rack replica's high watermark to reach the range
     sent: bool = False  # a fetch of it went out (its start is fixed from then on)
 
 
@@ -70,11 +76,21 @@ def plan_pieces(ctx: CopyContext) -> Pieces:
 
 
 def _lane(ctx: CopyContext, source: str, n: int) -> FetchLane:
-    """Lane ``n`` to the partition's leader on ``source``: shared with every other copy that
-    fetches from that broker, and one partition's ``n`` fetchers still use ``n`` connections
-    (a long fat link)."""
-    return ctx.sources[source].fetch_lane(ctx.topic, ctx.partition, n,
-                                          in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+    """Lane ``n`` to the broker the partition is read from on ``source`` (its leader, or a
+    replica in the client's rack): shared with every other copy that fetches from that broker,
+    and one partition's ``n`` fetchers still use ``n`` connections (a long fat link). A rack
+    replica that cannot be connected to is passed over for the leader."""
+    cluster = ctx.sources[source]
+    try:
+        return cluster.fetch_lane(ctx.topic, ctx.partition, n,
+                                  in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+    except PartsyncError:
+        broker = cluster.read_broker(ctx.topic, ctx.partition)
+        if broker == cluster.leader(ctx.topic, ctx.partition):
+            raise
+        cluster.forget_read_replica(ctx.topic, ctx.partition, broker)
+        return cluster.fetch_lane(ctx.topic, ctx.partition, n,
+                                  in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
 
 
 def start_fetchers(ctx: CopyContext, pieces: Pieces) -> list[threading.Thread]:
@@ -122,7 +138,8 @@ class _Fetcher:
         self.bounds = ctx.plan.sources[source]
         self.lane: FetchLane | None = None
         self.depth = work.depth  # fetches in flight: several only to a far broker (plan_pieces)
-        self.sent: deque[tuple[_Read, FetchAnswer]] = deque()  # fetches asked, in order
+        # Fetches asked, in order, with the broker each went to.
+        self.sent: deque[tuple[_Read, FetchAnswer, int]] = deque()
         self.ready: list[_Read] = []  # taken pieces whose next fetch is not sent yet
         self.claimed_all = False
 
@@ -175,7 +192,7 @@ class _Fetcher:
                                    cancelled=self.ctx.stopping.is_set)  # fmt: skip
             self.ready.pop(0)
             r.sent = True
-            self.sent.append((r, fut))
+            self.sent.append((r, fut, self.lane.broker))
 
     def _take(self, piece: Piece) -> None:
         # A chunk's first piece starts one offset early where the source has it: the batch
@@ -205,13 +222,15 @@ class _Fetcher:
     # -- receiving ------------------------------------------------------------------------
 
     def _receive(self) -> None:
-        r, fut = self.sent.popleft()
+        r, fut, broker = self.sent.popleft()
         while not fut.wait(0.1):
             self.ctx.check_running()
         try:
             reply = fut.outcome()
-        except BaseException:
+        except BaseException as e:
             self.ctx.budget.release(r.size)
+            if isinstance(e, PartsyncError) and self._from_replica(broker):
+                self._cluster.forget_read_replica(self.ctx.topic, self.ctx.partition, broker)
             raise
         assert reply is not None
         answer = reply.partition
@@ -224,7 +243,7 @@ class _Fetcher:
             self.ctx.stopping.wait(pause)
             self._requeue(r)
             return
-        if answer is not None and self._redirected(answer):
+        if answer is not None and self._redirected(answer, broker, r):
             self.ctx.budget.release(r.size)
             self.lane = None  # the next fetch goes where the partition is read from now
             self._requeue(r)
@@ -266,23 +285,40 @@ class _Fetcher:
         else:
             self._requeue(r)
 
-    def _redirected(self, answer: FetchedPartition) -> bool:
-        """Whether this answer moves the partition's fetches to another replica (KIP-392): its
-        leader points at a replica in this client's rack (the answer holds no records), or the
-        replica it pointed at could not serve (back to the leader)."""
-        cluster = self.ctx.sources[self.source]
-        tp = (self.ctx.topic, self.ctx.partition)
+    @property
+    def _cluster(self) -> Cluster:
+        return self.ctx.sources[self.source]
+
+    def _from_replica(self, broker: int) -> bool:
+        """Whether ``broker`` is a rack replica of the partition, not its leader."""
+        return broker >= 0 and broker != self._cluster.leader(self.ctx.topic, self.ctx.partition)
+
+    def _redirected(self, answer: FetchedPartition, broker: int, r: _Read) -> bool:
+        """Whether this answer moves the partition's fetches elsewhere (KIP-392), and the
+        fetch is to be asked again: the leader points at a replica in this client's rack (its
+        answer holds no records); the replica answered an error; or its high watermark stays
+        below the range, which the leader's reached (the plan's), for more than
+        ``_BEHIND_LIMIT_S``. Then its leader serves the partition, without the rack, for a
+        while. A replica's high watermark trails the leader's by up to a replication round."""
+        cluster, topic, partition = self._cluster, self.ctx.topic, self.ctx.partition
         if answer.error_code:
-            return cluster.forget_read_replica(*tp)
-        if answer.preferred_read_replica < 0 or len(answer.records):
+            if self._from_replica(broker):
+                cluster.forget_read_replica(topic, partition, broker)
+                return True
             return False
-        if cluster.prefer_read_replica(*tp, answer.preferred_read_replica):
+        if answer.preferred_read_replica >= 0 and not len(answer.records):
+            cluster.prefer_read_replica(topic, partition, answer.preferred_read_replica)
             return True
-        raise ClusterError(
-            f"the leader points at replica {answer.preferred_read_replica}, which failed to "
-            "serve this partition moments ago", cluster=self.source, topic=self.ctx.topic,
-            partition=self.ctx.partition,
-        )  # fmt: skip
+        offset, end = r.read.offset, r.read.end
+        if (not len(answer.records) and 0 <= answer.high_watermark <= offset < end
+                and self._from_replica(broker)):  # fmt: skip
+            if r.behind_s >= _BEHIND_LIMIT_S:
+                cluster.forget_read_replica(topic, partition, broker)
+            else:
+                r.behind_s += _BEHIND_WAIT_S
+                self.ctx.stopping.wait(_BEHIND_WAIT_S)
+            return True
+        return False
 
     def _complete(self, r: _Read) -> None:
         r.read.done = True

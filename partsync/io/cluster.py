@@ -113,6 +113,7 @@ class Cluster:
         # Per partition, the replica its leader told this client (client_rack) to fetch from
         # and until when; a replica that failed is (-1, until when none is taken).
         self._read_replicas: dict[tuple[str, int], tuple[int, float]] = {}
+        self._retired: list[Connection] = []  # replaced, still to be closed (``_retire``)
         self._closed = False
 
     # -- connections --------------------------------------------------------------------------
@@ -132,9 +133,23 @@ class Cluster:
             rack=self.ref.client_rack or "",
         )
 
+    def _retire(self, conn: Connection | None) -> None:
+        """A shared connection replaced before its SASL session ends: closed once nothing is in
+        flight on it (now, or when the next one is retired, or at ``close``)."""
+        if conn is None or conn.closed:
+            return
+        with self._lock:
+            self._retired.append(conn)
+            idle = [c for c in self._retired if not c.in_flight]
+            self._retired = [c for c in self._retired if c.in_flight]
+        for c in idle:
+            c.close()
+
     def _bootstrap_conn(self) -> Connection:
         if self._bootstrap is not None and not self._bootstrap.closed:
-            return self._bootstrap
+            if not self._bootstrap.expiring:
+                return self._bootstrap
+            self._retire(self._bootstrap)
         errors = []
         servers = self.ref.bootstrap_servers
         # Start after the server whose connection failed last: a broker that accepts
@@ -157,9 +172,13 @@ class Cluster:
         one (a broker works through one connection's requests one at a time, so many requests
         at once, e.g. a thousand partitions' fences, go faster over several)."""
         key = node_id if lane == 0 else (node_id, lane)
+        retired = None
         with self._lock:
             conn = self._conns.get(key)
-            if conn is None or conn.closed:  # a dropped connection is replaced, not reused
+            # A dropped connection is replaced, not reused; so is one whose SASL session the
+            # broker is about to end.
+            if conn is None or conn.closed or conn.expiring:
+                retired = conn
                 info = self.metadata().brokers.get(node_id)
                 if info is None:
                     raise ClusterError(
@@ -167,7 +186,8 @@ class Cluster:
                     )
                 conn = self._connect(info.host, info.port)
                 self._conns[key] = conn
-            return conn
+        self._retire(retired)
+        return conn
 
     def coalescer(
         self, key: Hashable, ask: Callable[[list[_K]], Mapping[_K, _V]]
@@ -368,56 +388,82 @@ class Cluster:
     def fetch_lane(
         self, topic: str, partition: int, lane: int = 0, *, in_flight: int = 4
     ) -> FetchLane:
-        """Fetch lane ``lane`` to the broker the partition is read from (its leader, or the
-        replica the leader pointed this client's rack at), shared by every partition copy of
-        this process that fetches from that broker (many partitions per Fetch request); a broken
-        one is replaced."""
-        broker = self.read_broker(topic, partition)
-        return self._shared(("fetch", broker, lane), broker,
-                            lambda c: FetchLane(c, max_in_flight=in_flight))  # fmt: skip
+        """Fetch lane ``lane`` to the broker the partition is read from (``read_broker``),
+        shared by every partition copy of this process that fetches from that broker (many
+        partitions per Fetch request); a broken one is replaced. A lane to the leader of a
+        partition whose rack replica failed lately sends no rack, so the leader serves it
+        instead of pointing at that replica again."""
+        broker, rack = self._read_route(topic, partition)
+        key = ("fetch", broker, lane) if rack else ("fetch-norack", broker, lane)
+
+        def make(conn: Connection) -> FetchLane:
+            fl = FetchLane(conn, max_in_flight=in_flight, rack=rack)
+            fl.broker = broker
+            return fl
+
+        return self._shared(key, broker, make)
 
     def read_broker(self, topic: str, partition: int) -> int:
         """Where the partition's records are fetched from: the replica its leader prefers for
         this client's rack (KIP-392, ``client_rack``) while that holds, else the leader."""
+        return self._read_route(topic, partition)[0]
+
+    def _read_route(self, topic: str, partition: int) -> tuple[int, bool]:
+        """(broker, whether fetches to it carry the client's rack)."""
         leader = self.leader(topic, partition)
+        rack = bool(self.ref.client_rack)
+        if not rack:
+            return leader, False
         with self._lock:
             node, until = self._read_replicas.get((topic, partition), (-1, 0.0))
-        if node < 0 or time.monotonic() >= until or node not in self.metadata().brokers:
-            return leader
-        return node
+        if time.monotonic() >= until:
+            return leader, True
+        if node < 0:  # its replica failed lately: the leader, without the rack
+            return leader, False
+        return (node, True) if node in self.metadata().brokers else (leader, True)
 
-    def prefer_read_replica(self, topic: str, partition: int, node: int) -> bool:
-        """The leader answered "fetch this partition from ``node``" (KIP-392). False when that
-        replica failed to serve it lately (the caller goes on with the leader's answer)."""
+    def prefer_read_replica(self, topic: str, partition: int, node: int) -> None:
+        """The leader answered "fetch this partition from ``node``" (KIP-392). A replica this
+        client's metadata does not know is looked up once; one still unknown, or that failed
+        to serve the partition lately, is passed over (the leader serves, without the rack)."""
+        if node not in self.metadata().brokers:
+            self.metadata(refresh=True)  # a broker that (re)joined since the metadata was read
+            if node not in self.metadata().brokers:
+                self.forget_read_replica(topic, partition, node)
+                return
         now = time.monotonic()
         with self._lock:
             old, until = self._read_replicas.get((topic, partition), (-1, 0.0))
             if old < 0 and now < until:
-                return False
-            if old != node:
-                log.debug("%s: fetching %s-%d from replica %d (client_rack %s)", self.name,
-                          topic, partition, node, self.ref.client_rack)  # fmt: skip
+                return
             self._read_replicas[(topic, partition)] = (node, now + _READ_REPLICA_S)
-            return True
+        if old != node:
+            log.debug("%s: fetching %s-%d from replica %d (client_rack %s)", self.name,
+                      topic, partition, node, self.ref.client_rack)  # fmt: skip
 
-    def forget_read_replica(self, topic: str, partition: int) -> bool:
-        """A preferred replica could not serve the partition: fetch from the leader, and do not
-        take a replica for it again for a while. False when it was read from its leader."""
+    def forget_read_replica(self, topic: str, partition: int, node: int) -> None:
+        """Replica ``node`` could not serve the partition (an error, a broken connection, a
+        high watermark that stayed behind): fetch it from the leader, without the rack, for a
+        while. Nothing if the partition is not read from ``node`` (an answer from before)."""
         with self._lock:
-            node, until = self._read_replicas.get((topic, partition), (-1, 0.0))
-            if node < 0 or time.monotonic() >= until:
-                return False
+            old, until = self._read_replicas.get((topic, partition), (-1, 0.0))
+            if old >= 0 and old != node and time.monotonic() < until:
+                return
             self._read_replicas[(topic, partition)] = (
                 -1,
                 time.monotonic() + _READ_REPLICA_FAILED_S,
             )
-        log.debug("%s: replica %d could not serve %s-%d: back to its leader", self.name, node,
+        log.debug("%s: replica %d could not serve %s-%d: its leader serves it", self.name, node,
                   topic, partition)  # fmt: skip
-        return True
 
     def _shared(self, key: Hashable, leader: int, make: Callable[[Connection], _S]) -> _S:
         def usable(p: _Pipeline | None) -> bool:
-            return p is not None and not p.broken and p.idle_for() < _PIPELINE_IDLE_S
+            if p is None or p.broken:
+                return False
+            idle = p.idle_for()  # 0 while requests are in flight
+            # One whose SASL session is about to end is replaced once nothing is in flight on
+            # it (closing it under its requests would cut them, as the broker would).
+            return idle < _PIPELINE_IDLE_S and not (p.expiring and idle > 0)
 
         with self._lock:
             s = self._pipelines.get(key)
@@ -462,6 +508,9 @@ class Cluster:
             if self._bootstrap is not None:
                 self._bootstrap.close()
                 self._bootstrap = None
+            for conn in self._retired:
+                conn.close()
+            self._retired.clear()
 
     def __enter__(self) -> Self:
         return self

@@ -68,9 +68,17 @@ class FetchLane(Pipeline[_Ask]):
     label = "fetch lane"
 
     def __init__(
-        self, conn: Connection, *, max_in_flight: int = 4, max_request_bytes: int = 48 << 20
+        self,
+        conn: Connection,
+        *,
+        max_in_flight: int = 4,
+        max_request_bytes: int = 48 << 20,
+        rack: bool = True,
     ) -> None:
+        """``rack``: whether fetches carry the connection's client rack (KIP-392)."""
         self.far = conn.setup_rtt >= FAR_RTT_S
+        self.broker = -1  # set by the cluster that made it: the node this lane fetches from
+        self.rack = rack
         super().__init__(conn, max_in_flight=max_in_flight, max_request_bytes=max_request_bytes,
                          pack_partitions=PACK_PARTITIONS, eager=self.far)  # fmt: skip
         self._start()
@@ -94,7 +102,8 @@ class FetchLane(Pipeline[_Ask]):
         for a in batch:
             wanted.setdefault(a.topic, []).append((a.partition, a.offset, a.size))
         self._conn.send_fetch_many(wanted, max_wait_ms=min(a.max_wait_ms for a in batch),
-                                   min_bytes=1, max_bytes=sum(a.size for a in batch))  # fmt: skip
+                                   min_bytes=1, max_bytes=sum(a.size for a in batch),
+                                   rack=self.rack)  # fmt: skip
 
     def _receive(self) -> Mapping[tuple[str, int], Any]:
         return self._conn.receive_fetch_many()

@@ -107,6 +107,11 @@ class Pipeline(Generic[ItemT]):
     def broken(self) -> bool:
         return self._broken is not None or self._closed
 
+    @property
+    def expiring(self) -> bool:
+        """Its connection's SASL session is near its end (``Connection.expiring``)."""
+        return self._conn.expiring
+
     def idle_for(self) -> float:
         """Seconds since a request was last sent or answered, with nothing pending since (0
         while busy): a broker closes a connection idle for connections.max.idle.ms."""

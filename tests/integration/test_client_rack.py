@@ -1,7 +1,7 @@
 """client_rack (KIP-392) on Apache Kafka itself: a three-broker source in three racks with the
 rack-aware replica selector. With a client rack, the leader points partsync at the replica in
 that rack and the copy is fetched from there; without one, from the leader; either way the
-copy is identical."""
+copy is identical. A replica that cannot serve (killed) sends the copy to the leader."""
 
 from __future__ import annotations
 
@@ -88,3 +88,30 @@ def test_a_client_rack_fetches_from_the_replica_in_that_rack(
     assert r.code == 0, r.stdout + r.stderr
     assert "from replica" not in r.stderr
     assert_partitions_identical(racked_source.bootstrap, local_broker.bootstrap, topic, 1)
+
+
+def test_a_rack_replica_that_cannot_serve_sends_the_copy_to_the_leader(
+    racked_source: KafkaCluster, local_broker: Broker, tmp_path: Path, topic: str
+) -> None:
+    with Cluster(_ref(racked_source.bootstrap)) as src:
+        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        info = src.topic(topic, refresh=True)
+        assert info is not None
+        leader = info.leaders[0]
+    produce(racked_source.bootstrap, topic, records(200, seed=33), partition=0)
+    follower = next(n for n in racked_source.brokers if n.node_id != leader)
+    rack = RACKS[follower.node_id - 1]
+    # Killed, not stopped: it stays in the metadata and in the ISR for a while (until its
+    # broker session times out), so the leader still points this rack at it.
+    racked_source.kill(follower.node_id)
+    try:
+        cfg = _config(tmp_path, racked_source, local_broker, rack)
+        r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
+                    "--create-missing", "--no-group")  # fmt: skip
+        assert r.code == 0, r.stdout + r.stderr
+        assert f"replica {follower.node_id} could not serve {topic}-0: its leader serves it" in (
+            r.stderr
+        ), r.stderr[-3000:]
+        assert_partitions_identical(racked_source.bootstrap_live, local_broker.bootstrap, topic, 1)
+    finally:
+        racked_source.start(follower.node_id)

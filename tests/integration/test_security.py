@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker
 from partsync.demo.data import assert_partitions_identical, create_topic, produce
 from tests.conftest import CliResult
@@ -217,3 +218,30 @@ def test_oauthbearer_token_file_is_read_at_each_connection(
     token.unlink()
     r = _run(cfg, "", "check", "--topic", name, "--sources", "a")
     assert r.code == 2 and "sasl_oauthbearer_token_file: cannot read" in r.stderr
+
+
+def test_a_connection_is_retired_before_its_oauth_session_ends(
+    secured: KafkaCluster, tmp_path: Path
+) -> None:
+    """The broker ends an OAUTHBEARER session when its token expires (KIP-368); partsync takes a
+    new connection before that rather than have one cut under a request."""
+    from partsync.config import Security
+    from partsync.io.cluster import Cluster
+
+    token = tmp_path / "short-token"
+    token.write_text(SaslSetup.unsigned_jwt("alice", lifetime_s=4))
+    host, port = secured.sasl_bootstrap.split(",")[0].rsplit(":", 1)
+    sec = Security(security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                   sasl_oauthbearer_token_file=str(token))  # fmt: skip
+    with Cluster(ClusterRef("sec", ((host, int(port)),), security=sec)) as c:
+        node = min(c.metadata().brokers)
+        first = c.broker_conn(node)
+        assert not first.expiring
+        deadline = time.monotonic() + 10
+        while not first.expiring:
+            assert time.monotonic() < deadline, "the session lifetime was not honoured"
+            time.sleep(0.2)
+        token.write_text(SaslSetup.unsigned_jwt("alice"))  # refreshed by its agent
+        again = c.broker_conn(node)
+        assert again is not first and not again.expiring
+        assert again.metadata(None).brokers  # the new session works

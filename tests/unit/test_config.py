@@ -559,3 +559,31 @@ def test_socket_buffer_bytes(tmp_path: Path) -> None:
         text = f'[clusters.x]\nbootstrap_servers = ["h:1"]\nsocket_buffer_bytes = {bad}\n'
         with pytest.raises(ConfigError, match="socket_buffer_bytes must be bytes"):
             load_config(write(tmp_path, text), env={})
+
+
+def test_a_cluster_secret_file_replaces_a_default_env(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text(SECRET)
+    text = f"""
+[defaults]
+security_protocol = "SASL_SSL"
+sasl_plain_username = "u"
+sasl_plain_password_env = "PW"
+
+[clusters.a]
+bootstrap_servers = ["h:1"]
+
+[clusters.b]
+bootstrap_servers = ["h:2"]
+sasl_plain_password_file = "{tmp_path / "pw"}"
+"""
+    cfg = load_config(write(tmp_path, text), env={"PW": "from-env"})
+    assert cfg.clusters["a"].security.sasl_plain_password == "from-env"
+    assert cfg.clusters["b"].security.sasl_plain_password == SECRET
+
+
+def test_a_secret_file_that_is_not_text_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        _sasl(
+            tmp_path, f'sasl_plain_username = "u"\nsasl_plain_password_file = "{tmp_path / "pw"}"'
+        )

@@ -38,8 +38,10 @@ class ScriptedBroker:
         self._received = 0
         self.closed = False
 
-    def send_fetch_many(self, wanted, *, max_wait_ms: int, min_bytes: int, max_bytes: int) -> None:
-        assert min_bytes == 1
+    def send_fetch_many(
+        self, wanted, *, max_wait_ms: int, min_bytes: int, max_bytes: int, rack: bool = True
+    ) -> None:
+        assert min_bytes == 1 and rack  # lanes carry the client rack unless made without
         with self._cv:
             if self.closed:
                 raise ClusterError("closed", cluster=self.cluster)
