@@ -68,10 +68,14 @@ def write_config(
     return path
 
 
-def _ref(broker: Broker | str) -> ClusterRef:
+def cluster_ref(broker: Broker | str, name: str | None = None) -> ClusterRef:
+    """A reference to a broker, or to every address of a comma-separated bootstrap list."""
     bootstrap = broker if isinstance(broker, str) else broker.bootstrap
-    host, port = bootstrap.rsplit(":", 1)
-    return ClusterRef(name=bootstrap, bootstrap_servers=((host, int(port)),))
+    servers = tuple((h, int(p)) for h, p in (s.rsplit(":", 1) for s in bootstrap.split(",")))
+    return ClusterRef(name=name or bootstrap, bootstrap_servers=servers)
+
+
+_ref = cluster_ref
 
 
 def bounds(broker: Broker | str, topic: str, partitions: int | Sequence[int]) -> dict[int, Bounds]:

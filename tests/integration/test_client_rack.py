@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker
 from partsync.demo.data import assert_partitions_identical, produce
 from partsync.io.cluster import Cluster
 from tests.conftest import run_cli
-from tests.integration.sync_support import records
+from tests.integration.sync_support import cluster_ref, records
 from tests.support.kafka_jvm import KAFKA_4, KafkaCluster, start_kafka_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
@@ -40,9 +39,17 @@ def racked_source(
     cluster.stop()
 
 
-def _ref(bootstrap: str) -> ClusterRef:
-    servers = tuple((h, int(p)) for h, p in (s.rsplit(":", 1) for s in bootstrap.split(",")))
-    return ClusterRef(name="src", bootstrap_servers=servers)
+def _replicated_topic(source: KafkaCluster, topic: str, records_: int, seed: int) -> str:
+    """A one-partition topic on all three brokers with ``records_`` records: the rack of one
+    of its followers."""
+    with Cluster(cluster_ref(source.bootstrap, "src")) as src:
+        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        info = src.topic(topic, refresh=True)
+        assert info is not None
+        leader = info.leaders[0]
+    produce(source.bootstrap, topic, records(records_, seed=seed), partition=0, compression="lz4")
+    follower = next(n for n in source.brokers if n.node_id != leader)
+    return RACKS[follower.node_id - 1]
 
 
 def _config(tmp_path: Path, source: KafkaCluster, local: Broker, rack: str | None) -> Path:
@@ -60,15 +67,8 @@ def _config(tmp_path: Path, source: KafkaCluster, local: Broker, rack: str | Non
 def test_a_client_rack_fetches_from_the_replica_in_that_rack(
     racked_source: KafkaCluster, local_broker: Broker, tmp_path: Path, topic: str
 ) -> None:
-    with Cluster(_ref(racked_source.bootstrap)) as src:
-        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
-        info = src.topic(topic, refresh=True)
-        assert info is not None
-        leader = info.leaders[0]
-    produce(racked_source.bootstrap, topic, records(300, seed=31), partition=0, compression="lz4")
-    # A rack whose broker is a follower of partition 0.
-    follower = next(n for n in racked_source.brokers if n.node_id != leader)
-    rack = RACKS[follower.node_id - 1]
+    rack = _replicated_topic(racked_source, topic, 300, 31)  # a follower's rack
+    follower = racked_source.node(RACKS.index(rack) + 1)
 
     cfg = _config(tmp_path, racked_source, local_broker, rack)
     r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
@@ -93,14 +93,8 @@ def test_a_client_rack_fetches_from_the_replica_in_that_rack(
 def test_a_rack_replica_that_cannot_serve_sends_the_copy_to_the_leader(
     racked_source: KafkaCluster, local_broker: Broker, tmp_path: Path, topic: str
 ) -> None:
-    with Cluster(_ref(racked_source.bootstrap)) as src:
-        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
-        info = src.topic(topic, refresh=True)
-        assert info is not None
-        leader = info.leaders[0]
-    produce(racked_source.bootstrap, topic, records(200, seed=33), partition=0)
-    follower = next(n for n in racked_source.brokers if n.node_id != leader)
-    rack = RACKS[follower.node_id - 1]
+    rack = _replicated_topic(racked_source, topic, 200, 33)
+    follower = racked_source.node(RACKS.index(rack) + 1)
     # Killed, not stopped: it stays in the metadata and in the ISR for a while (until its
     # broker session times out), so the leader still points this rack at it.
     racked_source.kill(follower.node_id)

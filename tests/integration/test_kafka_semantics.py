@@ -23,7 +23,7 @@ from partsync.demo.data import assert_partitions_identical, create_topic, make_r
 from partsync.io.cluster import Cluster
 from partsync.wire.batch import rewrite_for_append
 from tests.conftest import CliResult
-from tests.integration.sync_support import fetch_batches
+from tests.integration.sync_support import cluster_ref, fetch_batches
 from tests.support.kafka_jvm import KafkaCluster, start_kafka_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
@@ -45,8 +45,7 @@ def replicated_local(
 
 def _ref(bootstrap: str) -> ClusterRef:
     """A cluster reference to every broker of a (multi-broker) bootstrap list."""
-    servers = tuple((h, int(p)) for h, p in (s.rsplit(":", 1) for s in bootstrap.split(",")))
-    return ClusterRef(name="local", bootstrap_servers=servers)
+    return cluster_ref(bootstrap, "local")
 
 
 def _config(tmp_path: Path, source: Broker, local_bootstrap: str) -> Path:
