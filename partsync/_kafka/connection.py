@@ -140,7 +140,7 @@ log = logging.getLogger(__name__)
 class _NotInTheClear(logging.Filter):
     """kafka-python warns "in the clear" at every SASL connection without TLS (SCRAM too,
     whose password never crosses the wire): hundreds of lines in a run. partsync warns once
-    per cluster instead, and only where a password does cross (PLAIN)."""
+    per cluster instead, and only where a secret does cross (PLAIN, OAUTHBEARER)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "in the clear" not in record.getMessage()
@@ -148,7 +148,7 @@ class _NotInTheClear(logging.Filter):
 
 for _name in ("kafka.net.sasl.plain", "kafka.net.sasl.scram"):
     logging.getLogger(_name).addFilter(_NotInTheClear())
-_warned_plain: set[str] = set()
+_warned_in_clear: set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -550,8 +550,8 @@ class BrokerConnection:
         sec = self._security
         if sec.sasl_mechanism in ("PLAIN", "OAUTHBEARER") and not sec.uses_ssl:
             with _warned_lock:
-                first = self.cluster not in _warned_plain
-                _warned_plain.add(self.cluster)
+                first = self.cluster not in _warned_in_clear
+                _warned_in_clear.add(self.cluster)
             if first:
                 what = "password" if sec.sasl_mechanism == "PLAIN" else "token"
                 log.warning("cluster %s: SASL %s without TLS sends the %s unencrypted (use "

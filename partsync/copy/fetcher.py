@@ -77,20 +77,11 @@ def plan_pieces(ctx: CopyContext) -> Pieces:
 
 def _lane(ctx: CopyContext, source: str, n: int) -> FetchLane:
     """Lane ``n`` to the broker the partition is read from on ``source`` (its leader, or a
-    replica in the client's rack): shared with every other copy that fetches from that broker,
-    and one partition's ``n`` fetchers still use ``n`` connections (a long fat link). A rack
-    replica that cannot be connected to is passed over for the leader."""
-    cluster = ctx.sources[source]
-    try:
-        return cluster.fetch_lane(ctx.topic, ctx.partition, n,
-                                  in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
-    except PartsyncError:
-        broker = cluster.read_broker(ctx.topic, ctx.partition)
-        if broker == cluster.leader(ctx.topic, ctx.partition):
-            raise
-        cluster.forget_read_replica(ctx.topic, ctx.partition, broker)
-        return cluster.fetch_lane(ctx.topic, ctx.partition, n,
-                                  in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+    replica in the client's rack: ``Cluster.fetch_lane``): shared with every other copy that
+    fetches from that broker, and one partition's ``n`` fetchers still use ``n`` connections
+    (a long fat link)."""
+    return ctx.sources[source].fetch_lane(ctx.topic, ctx.partition, n,
+                                          in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
 
 
 def start_fetchers(ctx: CopyContext, pieces: Pieces) -> list[threading.Thread]:

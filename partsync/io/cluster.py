@@ -391,9 +391,20 @@ class Cluster:
         """Fetch lane ``lane`` to the broker the partition is read from (``read_broker``),
         shared by every partition copy of this process that fetches from that broker (many
         partitions per Fetch request); a broken one is replaced. A lane to the leader of a
-        partition whose rack replica failed lately sends no rack, so the leader serves it
-        instead of pointing at that replica again."""
+        partition whose rack replica failed lately (or cannot be connected to now) sends no
+        rack, so the leader serves it instead of pointing at that replica again."""
         broker, rack = self._read_route(topic, partition)
+        try:
+            return self._fetch_lane_to(broker, rack, lane, in_flight)
+        except PartsyncError:
+            if broker == self.leader(topic, partition):
+                raise
+            # A rack replica that cannot be connected to: its leader serves, without the rack.
+            self.forget_read_replica(topic, partition, broker)
+            broker, rack = self._read_route(topic, partition)
+            return self._fetch_lane_to(broker, rack, lane, in_flight)
+
+    def _fetch_lane_to(self, broker: int, rack: bool, lane: int, in_flight: int) -> FetchLane:
         key = ("fetch", broker, lane) if rack else ("fetch-norack", broker, lane)
 
         def make(conn: Connection) -> FetchLane:
