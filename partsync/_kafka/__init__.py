@@ -5,6 +5,11 @@ Only modules in this package import ``kafka``: ``connection`` (framing, versions
 codes by name). Everything else in partsync imports from here.
 """
 
+# First, before any module here imports kafka: kafka-python's package __init__ is deferred.
+from partsync._kafka.kafka_package import defer_init
+
+defer_init()
+
 from partsync._kafka.codes import (
     COORDINATOR_RETRY_CODES,
     FENCED_CODES,

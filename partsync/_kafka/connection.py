@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Self
 
-from kafka.net.sasl import get_sasl_mechanism
-from kafka.net.sasl.oauth import AbstractTokenProvider
 from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -70,8 +68,8 @@ from partsync._kafka.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from partsync._kafka.raw import Buffer
-from partsync.config import DEFAULT_SOCKET_BUFFER_BYTES, Security, read_secret_file
-from partsync.errors import ClusterError, PartsyncError
+from partsync.config import DEFAULT_SOCKET_BUFFER_BYTES, Security
+from partsync.errors import ClusterError
 
 __all__ = [
     "CONSUMER_REPLICA",
@@ -150,24 +148,6 @@ for _name in ("kafka.net.sasl.plain", "kafka.net.sasl.scram"):
     logging.getLogger(_name).addFilter(_NotInTheClear())
 _warned_in_clear: set[str] = set()
 _warned_lock = threading.Lock()
-
-
-class _Token(AbstractTokenProvider):  # type: ignore[misc]
-    """An OAUTHBEARER token: the configured one, or the token file's content as it is now."""
-
-    def __init__(self, sec: Security, cluster: str) -> None:
-        super().__init__()
-        self._sec = sec
-        self._cluster = cluster
-
-    def token(self) -> str:
-        path = self._sec.sasl_oauthbearer_token_file
-        if not path:
-            return self._sec.sasl_oauthbearer_token or ""
-        try:
-            return read_secret_file(path, "sasl_oauthbearer_token_file")
-        except PartsyncError as e:  # gone since start-up: this connection cannot log in
-            raise ClusterError(f"OAUTHBEARER token: {e.reason}", cluster=self._cluster) from None
 
 
 def sasl_identity(sec: Security) -> str:
@@ -561,14 +541,9 @@ class BrokerConnection:
         raise_for_code(
             resp.error_code, f"SASL handshake ({sec.sasl_mechanism})", cluster=self.cluster
         )
-        mech = get_sasl_mechanism(sec.sasl_mechanism)(
-            host=self.host,
-            security_protocol=sec.security_protocol,
-            sasl_mechanism=sec.sasl_mechanism,
-            sasl_plain_username=sec.sasl_plain_username,
-            sasl_plain_password=sec.sasl_plain_password,
-            sasl_oauth_token_provider=_Token(sec, self.cluster),
-        )
+        from partsync._kafka.sasl import mechanism  # only where SASL is used: see there
+
+        mech = mechanism(sec, self.host, self.cluster)
         while not mech.is_done():
             auth = self.call(
                 "SaslAuthenticate", SaslAuthenticateRequest(auth_bytes=mech.auth_bytes())

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin.acl import DescribeAclsRequest
 from kafka.protocol.admin.cluster import DescribeClusterRequest
 from kafka.protocol.admin.groups import DescribeGroupsRequest
-from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 from kafka.protocol.metadata.metadata import MetadataRequest
 
 __all__ = ["AclEntry", "ProbeRequests"]
@@ -54,6 +53,9 @@ class ProbeRequests:
     def broker_version(self) -> str:
         """The newest Apache Kafka version whose protocol the broker's ApiVersions answer
         matches (a non-Kafka broker reports what it imitates), e.g. "3.9"."""
+        # kafka-python's version tables take ~0.1 s to import: only `partsync check` needs them.
+        from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+
         inferred = infer_broker_version_from_api_versions(self.offered)
         return ".".join(str(v) for v in inferred)
 

@@ -29,7 +29,7 @@ def _address(server: str) -> str:
 def _partitions(bootstrap: str, topic: str) -> int:
     from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=60)
     return len(md.topics[topic].partitions)
 
 

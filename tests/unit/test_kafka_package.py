@@ -1,0 +1,55 @@
+"""kafka-python's package ``__init__`` (its whole client) is not run by partsync's import, and
+still runs, whole, for a program that asks the package for one of its names. Fresh interpreters:
+which modules are loaded is the point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# kafka-python's client: what its package __init__ imports and partsync never needs.
+_CLIENT = ("kafka.net", "kafka.admin", "kafka.consumer", "kafka.producer",
+           "kafka.protocol.broker_version_data")  # fmt: skip
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_cli_imports_no_part_of_kafka_pythons_client() -> None:
+    out = _run(
+        "import sys, partsync.ui.cli\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({_CLIENT!r})))"
+    )
+    assert out == "[]"
+
+
+def test_a_program_importing_partsync_first_still_gets_the_whole_kafka_package() -> None:
+    out = _run(
+        "import partsync._kafka, kafka, kafka.errors\n"
+        "from partsync._kafka.kafka_package import loaded\n"
+        "before = loaded()\n"
+        "from kafka import KafkaProducer, KafkaAdminClient, TopicPartition\n"
+        "print(before, loaded(), KafkaProducer.__module__, kafka.__version__, kafka.__all__[0])"
+    )
+    assert out == "False True kafka.producer.kafka 3.0.12 KafkaAdminClient"
+
+
+def test_an_unknown_name_is_an_attribute_error_after_the_package_ran() -> None:
+    out = _run(
+        "import partsync._kafka, kafka\n"
+        "try:\n    kafka.NoSuchThing\nexcept AttributeError as e:\n    print(e)\n"
+        "from partsync._kafka.kafka_package import loaded\nprint(loaded())"
+    )
+    assert out == "module 'kafka' has no attribute 'NoSuchThing'\nTrue"
+
+
+def test_kafka_imported_before_partsync_is_left_alone() -> None:
+    out = _run(
+        "import kafka, partsync._kafka\n"
+        "from partsync._kafka.kafka_package import loaded\nprint(loaded(), kafka.KafkaConsumer)"
+    )
+    assert out == "True <class 'kafka.consumer.group.KafkaConsumer'>"
