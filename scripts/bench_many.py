@@ -1,13 +1,18 @@
 """The first sync of many one-record partitions: partsync's fixed cost per partition (issue 15,
 goal 2: 1000 partitions in at most 1.5 s).
 
-    python scripts/bench_many.py [--partitions 1000] [--rounds 5] [--local kafka|tansu]
-                                 [--trees /tmp/before,.] [--count] [-- extra sync args]
+    python scripts/bench_many.py [--partitions 1000] [--rounds 5] [--warmup 1]
+                                 [--local kafka|tansu] [--trees /tmp/before,.] [--count]
+                                 [-- extra sync args]
 
 The source is Tansu; the local cluster is Apache Kafka 4.1.1 (a JVM process) or Tansu. Each
 round creates a fresh topic of ``--partitions`` partitions on both, one 100-byte record per
 source partition, and runs ``partsync sync --no-group`` once per source tree, alternating, so
 two trees (e.g. a git worktree of the commit before and this one) are compared side by side.
+``--warmup`` rounds come first and are not counted (printed as such): a freshly started Kafka
+JVM answers a thousand partitions' first InitProducerId and Produce requests about twice as
+slowly as a running one (its JIT and transaction coordinator warm up), and a production cluster
+is a running one.
 It prints each run's wall time and partsync's CPU time, then the medians per tree. With
 ``--count`` each run also prints the requests partsync sent, by API (counted in the client).
 """
@@ -77,6 +82,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1, help="rounds first, not counted")
     ap.add_argument("--local", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--trees", default=".", help="comma-separated partsync source trees")
     ap.add_argument("--count", action="store_true", help="print each run's requests by API")
@@ -95,9 +101,10 @@ def main() -> int:
         else:
             local = start_tansu("bench-many-local")
         results: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
-        for r in range(args.rounds):
+        for r in range(-args.warmup, args.rounds):
             for tree in trees:
-                topic = f"many-{r}-{trees.index(tree)}"
+                i = trees.index(tree)
+                topic = f"many-{r}-{i}" if r >= 0 else f"many-warmup{-r}-{i}"
                 create_topic(src.bootstrap, topic, n)
                 create_topic(local.bootstrap, topic, n)
                 produce(
@@ -106,11 +113,13 @@ def main() -> int:
                 argv = ["sync", "--topic", topic, "--sources", src.bootstrap, "--local",
                         local.bootstrap, "--no-group", "--json", *args.extra]  # fmt: skip
                 wall, cpu, counted = _run(tree, argv, args.count)
-                results[tree].append((wall, cpu))
-                print(f"round {r + 1} {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s {counted}",
+                label = f"round {r + 1}" if r >= 0 else "warm-up (not counted)"
+                if r >= 0:
+                    results[tree].append((wall, cpu))
+                print(f"{label} {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s {counted}",
                       flush=True)  # fmt: skip
         print(f"\nfirst sync of {n} one-record partitions, local {args.local}, medians of "
-              f"{args.rounds}:")  # fmt: skip
+              f"{args.rounds} after {args.warmup} warm-up round(s):")  # fmt: skip
         medians: dict[str, dict[str, float]] = {}
         for tree, runs in results.items():
             wall = statistics.median(w for w, _ in runs)
@@ -119,7 +128,7 @@ def main() -> int:
             print(f"  {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s")
         if args.json:
             print(json.dumps({"partitions": n, "local": args.local, "rounds": args.rounds,
-                              "trees": medians}))  # fmt: skip
+                              "warmup": args.warmup, "trees": medians}))  # fmt: skip
     finally:
         if local is not None:
             local.stop()

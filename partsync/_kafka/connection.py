@@ -403,6 +403,35 @@ class BrokerConnection:
         hands it to its caller, who returns at once."""
         mine = _Answer()
         self.send(api, request, mine)
+        return self._wait(mine)
+
+    def call_many(self, api: str, requests: list[Any]) -> list[Any]:
+        """Send all ``requests`` at once (the broker works through them one after another,
+        with no round trip between them) and return each one's response, or the
+        ``ClusterError`` that ended the connection before it came (a failed send fails the
+        rest, unsent). Other threads' calls may share the connection meanwhile, as with
+        ``call``."""
+        answers: list[_Answer] = []
+        failed: ClusterError | None = None
+        for request in requests:
+            mine = _Answer()
+            try:
+                self.send(api, request, mine)
+            except ClusterError as e:
+                failed = e
+                break
+            answers.append(mine)
+        out: list[Any] = []
+        for mine in answers:
+            try:
+                out.append(self._wait(mine))
+            except ClusterError as e:
+                out.append(e)
+        assert failed is not None or len(out) == len(requests)
+        return out + [failed] * (len(requests) - len(out))
+
+    def _wait(self, mine: _Answer) -> Any:
+        """``mine``'s response, read by this thread or by another caller reading meanwhile."""
         while True:
             with self._handoff:
                 while self._reading and not mine.done:

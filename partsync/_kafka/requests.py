@@ -129,6 +129,15 @@ def _fetch_request(
     )
 
 
+def _init_producer_id(
+    transactional_id: str | None, timeout_ms: int, current: tuple[int, int] | None
+) -> Any:
+    pid, epoch = current or (-1, -1)
+    return InitProducerIdRequest(transactional_id=transactional_id,
+                                 transaction_timeout_ms=timeout_ms, producer_id=pid,
+                                 producer_epoch=epoch)  # fmt: skip
+
+
 class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
     """A broker connection with partsync's typed requests."""
 
@@ -364,14 +373,17 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         InitProducerId v3+): the coordinator bumps the epoch only if it is still the id's
         current one, and answers PRODUCER_FENCED / INVALID_PRODUCER_EPOCH if another client
         has initialised the transactional id since."""
-        pid, epoch = current or (-1, -1)
-        resp = self.call(
-            "InitProducerId",
-            InitProducerIdRequest(
-                transactional_id=transactional_id,
-                transaction_timeout_ms=timeout_ms,
-                producer_id=pid,
-                producer_epoch=epoch,
-            ),
-        )
+        resp = self.call("InitProducerId", _init_producer_id(transactional_id, timeout_ms, current))
         return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
+
+    def try_init_producer_ids(
+        self, transactional_ids: list[str], timeout_ms: int = 60_000
+    ) -> list[tuple[int, int, int] | ClusterError]:
+        """``try_init_producer_id`` for many ids at once, all sent before the first answer is
+        read (``call_many``): (error code, producer id, epoch), or the connection's error."""
+        requests = [_init_producer_id(t, timeout_ms, None) for t in transactional_ids]
+        return [
+            r if isinstance(r, ClusterError)
+            else (int(r.error_code), int(r.producer_id), int(r.producer_epoch))
+            for r in self.call_many("InitProducerId", requests)
+        ]  # fmt: skip

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from partsync.copy.appender import Sender, check_next, finish
@@ -55,13 +56,14 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class SmallCopy:
-    """One partition to copy: its plan, the local topic's rules, the session that fenced it
-    (the local bounds are read again after that, before appending) and its own stop (set when
-    the partition is revoked or the run stops; the other partitions go on)."""
+    """One partition to copy: its plan, the local topic's rules, its fence (the session that
+    fenced every earlier writer, or None where that failed: still under way while the source
+    is read, waited for before the local bounds are read again and anything is appended) and
+    its own stop (set when the partition is revoked or the run stops; the others go on)."""
 
     plan: PartitionPlan
     rules: LocalTopicRules
-    session: ProducerSession
+    fence: Future[ProducerSession | None]
     stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -91,6 +93,7 @@ class _Job:
     read: RangeRead
     size: int
     fetch: FetchAnswer | None = None
+    session: ProducerSession | None = None
     sender: Sender | None = None
     started: float = 0.0
 
@@ -176,12 +179,13 @@ def _fetch_and_append(
                                     max_wait_ms=opts.fetch_wait_ms)  # fmt: skip
         except PartsyncError as e:
             _hand_back(job, out, f"fetch not sent: {e}")
-    # Every answer (and the rate limits' waits) first: then the local ends are read, after the
-    # fences (``run.small``) and as late as possible, right before the appends (a fenced
+    # Every answer (and the rate limits' waits) and every fence first: then the local ends are
+    # read, after the fences and as late as possible, right before the appends (a fenced
     # writer's append still in flight can land until the new owner's first append; see
     # docs/how-it-works.md).
     fetched = [(job, batches) for job in jobs
                if job.copy.key not in out and (batches := _fetched(job, out)) is not None]  # fmt: skip
+    fetched = [(job, batches) for job, batches in fetched if _fenced(job, out)]
     try:
         unmoved = _unmoved(local, [job.ctx.plan for job, _b in fetched])
     except PartsyncError as e:
@@ -270,14 +274,24 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
     return fetched.batches
 
 
+def _fenced(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> bool:
+    """Whether the partition's fence succeeded (waited for); handed back where it did not."""
+    job.session = job.copy.fence.result()
+    if job.session is None:
+        _hand_back(job, out, "not fenced")
+    return job.session is not None
+
+
 def _send(job: _Job, local: Cluster, batches: list[Batch]) -> None:
     ctx = job.ctx
+    assert job.session is not None
     writer = local.shared_writer(ctx.topic, ctx.partition, timeout_ms=ctx.opts.produce_timeout_ms)
-    job.sender = Sender(ctx, writer, job.copy.session)
+    job.sender = Sender(ctx, writer, job.session)
     for b in batches:
         job.sender.send(b, job.source)
 
 
 def _settle(job: _Job) -> None:
     """Wait for the partition's last answer, as at the end of ``append_in_order``."""
-    finish(job.ctx, job.sender, job.copy.session)
+    assert job.session is not None
+    finish(job.ctx, job.sender, job.session)

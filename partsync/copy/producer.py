@@ -5,9 +5,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 
-__all__ = ["ProducerSession", "open_producer", "renew_producer", "transactional_id"]
+__all__ = [
+    "ProducerSession",
+    "open_fenced_producers",
+    "open_producer",
+    "renew_producer",
+    "transactional_id",
+]
 
 
 def transactional_id(topic: str, partition: int) -> str:
@@ -69,3 +76,19 @@ def renew_producer(
         transactional_id(topic, partition), current=(session.producer_id, session.epoch)
     )
     return ProducerSession(pid, epoch, fencing=True)
+
+
+def open_fenced_producers(
+    local: Cluster, partitions: list[tuple[str, int]], *, lanes: int = 1
+) -> dict[tuple[str, int], ProducerSession | PartsyncError]:
+    """``open_producer`` with fencing for many partitions at once (``Cluster.init_producer_ids``:
+    all sent before the first answer is read): each one's session, or the error it met (asked
+    once; the caller fences those the usual way, with retries)."""
+    ids = {
+        transactional_id(topic, partition): (topic, partition) for topic, partition in partitions
+    }
+    local.prefetch_txn_coordinators(list(ids))
+    out: dict[tuple[str, int], ProducerSession | PartsyncError] = {}
+    for tid, answer in local.init_producer_ids(list(ids), lanes=lanes).items():
+        out[ids[tid]] = answer if isinstance(answer, PartsyncError) else ProducerSession(*answer)
+    return out

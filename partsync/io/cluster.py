@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
@@ -337,6 +338,55 @@ class Cluster:
                                    cluster=self.name)  # fmt: skip
                 err.reason += _FENCING_HINT
                 raise err
+
+    def init_producer_ids(
+        self, transactional_ids: list[str], *, lanes: int = 1
+    ) -> dict[str, tuple[int, int] | PartsyncError]:
+        """``init_producer_id`` for many transactional ids at once, each answer its own: a
+        producer id and epoch, or the error that id met. Each coordinator is sent all of its
+        ids before the first answer is read, spread over ``lanes`` connections (a broker works
+        through one connection's requests one at a time): 1000 fences took 0.12-0.16 s this
+        way, 0.2-0.35 s from 16 threads each waiting for its answer.
+
+        Asked once, never retried: an id whose coordinator is not known yet (see
+        ``prefetch_txn_coordinators``), is loading or moved, or whose connection failed gets
+        its error, for the caller to fence it the usual way (``init_producer_id``)."""
+        out: dict[str, tuple[int, int] | PartsyncError] = {}
+        by_node: dict[int, list[str]] = {}
+        with self._lock:
+            for tid in transactional_ids:
+                coord = self._txn_coordinators.get(tid)
+                if coord is None:
+                    out[tid] = ClusterError(
+                        f"the coordinator of transactional id {tid!r} is not known yet",
+                        cluster=self.name,
+                    )
+                else:
+                    by_node.setdefault(coord.node_id, []).append(tid)
+        jobs = [(node, lane, tids[lane::lanes]) for node, tids in by_node.items()
+                for lane in range(lanes) if tids[lane::lanes]]  # fmt: skip
+
+        def ask(job: tuple[int, int, list[str]]) -> list[tuple[int, int, int] | PartsyncError]:
+            node, lane, tids = job
+            try:
+                return list(self.broker_conn(node, lane).try_init_producer_ids(tids))
+            except PartsyncError as e:
+                return [e] * len(tids)
+
+        with ThreadPoolExecutor(max(1, len(jobs)), thread_name_prefix="fences") as ex:
+            for (_node, _lane, tids), answers in zip(jobs, ex.map(ask, jobs), strict=True):
+                for tid, answer in zip(tids, answers, strict=True):
+                    if isinstance(answer, PartsyncError):
+                        self._forget_txn_coordinator(tid)  # looked up afresh next time
+                        out[tid] = answer
+                    elif answer[0]:
+                        if answer[0] in COORDINATOR_RETRY_CODES:
+                            self._forget_txn_coordinator(tid)
+                        out[tid] = broker_error(answer[0], f"InitProducerId for transactional "
+                                                f"id {tid!r}", cluster=self.name)  # fmt: skip
+                    else:
+                        out[tid] = (answer[1], answer[2])
+        return out
 
     def _any_broker(self) -> int:
         return min(self.metadata().brokers)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
@@ -19,7 +20,7 @@ from partsync.copy.boundary import local_for_plan
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, TopicError
 from partsync.io.bounds import read_log_ends
-from partsync.io.cluster import Cluster
+from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
     Bounds,
@@ -124,6 +125,48 @@ class TopicPlan:
         }
 
 
+@dataclass
+class _SourceRead:
+    info: TopicInfo | None = None
+    bounds: dict[int, Bounds] | None = None
+    error: ClusterError | None = None  # unreachable (metadata or bounds)
+
+
+@dataclass
+class _LocalRead:
+    info: TopicInfo | None = None
+    configs: dict[str, str] | None = None
+    bounds: dict[int, Bounds] | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def _wanted(count: int, wanted: frozenset[int] | None) -> list[int]:
+    return [p for p in (sorted(wanted) if wanted is not None else range(count)) if p < count]
+
+
+def _read_source(c: Cluster, topic: str, wanted: frozenset[int] | None) -> _SourceRead:
+    """The topic on one source: its partitions and the bounds of the selected ones."""
+    out = _SourceRead()
+    try:
+        out.info = c.topic(topic)
+        if out.info is not None:
+            out.bounds = c.bounds(topic, _wanted(out.info.partitions, wanted))
+    except ClusterError as e:
+        out.error = e
+    return out
+
+
+def _read_local(local: Cluster, topic: str, wanted: frozenset[int] | None) -> _LocalRead:
+    """The topic on the local cluster: its partitions, settings and the selected ones' bounds
+    (raises ``ClusterError`` where the local cluster cannot be read)."""
+    out = _LocalRead(local.topic(topic))
+    if out.info is not None:
+        out.configs, out.warnings = local.topic_configs(topic)
+        have = _wanted(out.info.partitions, wanted)
+        out.bounds = _local_bounds(local, topic, have, out.warnings)
+    return out
+
+
 def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     started = time.monotonic()  # no bound below is older than this
     local = pool.get(req.local)
@@ -131,22 +174,30 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
     unreachable: list[str] = []
     counts: dict[str, int] = {}
     ids: list[tuple[str, str]] = []
-    src_clusters: dict[str, Cluster] = {}
-    for ref in req.sources:
-        c = pool.get(ref)
-        try:
-            info = c.topic(topic)
-        except ClusterError as e:
-            warnings.append(f"source {ref.name} unreachable, planning without it: {e.reason}")
-            unreachable.append(ref.name)
+    src_bounds: dict[str, dict[int, Bounds]] = {}
+    # Every cluster read at once (the local cluster's and each source's round trips and
+    # metadata overlap): the sources' partitions are not known before they answer, so each
+    # side reads the selected partitions it has; the comparison below uses the common ones.
+    wanted = req.partitions
+    with ThreadPoolExecutor(1 + len(req.sources), thread_name_prefix="plan") as ex:
+        local_read = ex.submit(_read_local, local, topic, wanted)
+        src_reads = {ref.name: ex.submit(_read_source, pool.get(ref), topic, wanted)
+                     for ref in req.sources}  # fmt: skip
+        reads = {name: f.result() for name, f in src_reads.items()}
+        local_failed = local_read.exception()  # raised below, where it was before reads overlapped
+    for name, r in reads.items():
+        if r.error is not None:
+            warnings.append(f"source {name} unreachable, planning without it: {r.error.reason}")
+            unreachable.append(name)
             continue
-        if info is None:
-            warnings.append(f"topic {topic} does not exist on source {ref.name}")
+        if r.info is None:
+            warnings.append(f"topic {topic} does not exist on source {name}")
             continue
-        counts[ref.name] = info.partitions
-        src_clusters[ref.name] = c
-        if info.topic_id is not None:
-            ids.append((ref.name, info.topic_id))
+        counts[name] = r.info.partitions
+        assert r.bounds is not None
+        src_bounds[name] = r.bounds
+        if r.info.topic_id is not None:
+            ids.append((name, r.info.topic_id))
     if not counts:
         names = ", ".join(r.name for r in req.sources)
         return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
@@ -157,7 +208,10 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
                          refused=f"partition counts differ between sources ({detail})")  # fmt: skip
     count = next(iter(counts.values()))
 
-    local_info = local.topic(topic)
+    if local_failed is not None:
+        raise local_failed
+    lr = local_read.result()
+    local_info = lr.info
     create = grow = None
     if local_info is None:
         if not req.create_missing:
@@ -166,7 +220,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
                 "(use --create-missing to create it with the sources' partition count)"
             ))  # fmt: skip
         warnings.append(f"topic {topic} would be created on {local.name} with {count} partitions")
-        create = TopicCreation(count, next(iter(src_clusters)))
+        create = TopicCreation(count, next(iter(src_bounds)))
     elif local_info.partitions < count and req.add_partitions:
         grow = TopicGrowth(local_info.partitions, count)
         warnings.append(
@@ -190,19 +244,12 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         local_bounds = {p: Bounds(0, 0) for p in parts}
         rules, refusal = LocalTopicRules(), None
     else:
-        cfg, w = local.topic_configs(topic)
-        warnings.extend(w)
-        rules, refusal = rules_from(cfg)
+        assert lr.configs is not None and lr.bounds is not None
+        warnings.extend(lr.warnings)
+        rules, refusal = rules_from(lr.configs)
         have = [p for p in parts if grow is None or p < grow.current]
-        local_bounds = _local_bounds(local, topic, have, warnings)
+        local_bounds = {p: lr.bounds[p] for p in have}
         local_bounds.update({p: Bounds(0, 0) for p in parts if p not in local_bounds})
-    src_bounds: dict[str, dict[int, Bounds]] = {}
-    for name, c in src_clusters.items():
-        try:
-            src_bounds[name] = c.bounds(topic, parts)
-        except ClusterError as e:
-            warnings.append(f"source {name} unreachable, planning without it: {e.reason}")
-            unreachable.append(name)
     if not src_bounds:
         return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
                          error=f"no source of topic {topic} answered")  # fmt: skip

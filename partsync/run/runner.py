@@ -195,15 +195,16 @@ class PartitionRunner:
     # -- GroupListener ------------------------------------------------------------------
 
     def assigned(self, parts: list[TopicPartition], generation: int) -> None:
-        if self.member is None:
-            self._prefetch_fencing(parts)
-        else:  # not in the group member's thread, which must heartbeat
-            threading.Thread(target=self._prefetch_fencing, args=(parts,), daemon=True,
-                             name="prefetch-coordinators").start()  # fmt: skip
         with self._lock:
             self._owned.update(parts)
             owned = sorted(self._owned)
         rest = parts if self.opts.follow else self._first_round_small(parts)
+        # The small first rounds look up their own coordinators, while reading the sources.
+        if self.member is None:
+            self._prefetch_fencing(rest)
+        else:  # not in the group member's thread, which must heartbeat
+            threading.Thread(target=self._prefetch_fencing, args=(rest,), daemon=True,
+                             name="prefetch-coordinators").start()  # fmt: skip
         self._start_workers(rest)
         if self.observer:
             self.observer.set_owned(owned)

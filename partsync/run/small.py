@@ -4,12 +4,12 @@ Each partition still goes through the steps of its own first round (``task.copy_
 the same order and with the same guarantee, but every step is taken for all of them together:
 
 1. fence: each partition's InitProducerId under its own transactional id (many in flight on
-   the coordinators' connections, not one partition after another);
-2. copy (``copy.bulk``), a few hundred partitions at a time: one fetch per partition, many
-   partitions per Fetch request; once every answer is in, the local bounds, read after the
-   fence in one request per leader, must still be what the driver planned with, and the high
-   watermark the log end (where the next append lands); right after that the appends, many
-   partitions per Produce request, each verified.
+   the coordinators' connections, not one partition after another), while
+2. copy (``copy.bulk``), a few hundred partitions at a time, reads the sources: one fetch per
+   partition, many partitions per Fetch request; once every answer and every fence is in, the
+   local bounds, read after the fences in one request per leader, must still be what the
+   driver planned with, and the high watermark the log end (where the next append lands);
+   right after that the appends, many partitions per Produce request, each verified.
 
 Anything else (a refused fence, a local log that moved, a fetch that did not bring the whole
 range, a retriable error) sends the partition to the usual per-partition rounds, which also
@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from partsync.copy.bulk import SmallCopy, copy_small, fits_small
 from partsync.copy.context import ProgressFn
-from partsync.copy.producer import ProducerSession, open_producer
+from partsync.copy.producer import ProducerSession, open_fenced_producers, open_producer
 from partsync.errors import PartsyncError
+from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status
@@ -40,11 +41,13 @@ log = logging.getLogger(__name__)
 # Below this many small partitions the usual rounds (a few at a time, each pipelined) are as
 # fast; above it their per-partition cost dominates a run.
 MIN_PARTITIONS = 32
-# InitProducerId calls in flight at once, over this many connections to each coordinator
-# (Kafka works through a connection's requests one at a time: 1000 fences took 0.4-1.1 s on
-# one connection and 0.27 s on eight).
-FENCES_IN_FLIGHT = 16
+# Fences are sent a wave at a time, all of a wave's at once, over this many connections to
+# each coordinator (Kafka works through a connection's requests one at a time: 1000 fences
+# took 0.4-1.1 s on one connection and 0.27 s on eight, from threads each waiting for its
+# answer). Those that fail there are fenced again with retries, this many at once.
+FENCE_WAVE = 256
 FENCE_CONNECTIONS = 8
+FENCES_IN_FLIGHT = 16
 
 TopicPartition = tuple[str, int]
 
@@ -102,17 +105,25 @@ def _copy_group(
     first = tasks[0]
     local = pool.get(first.local)
     sources = {ref.name: pool.get(ref) for ref in first.sources}
-    sessions = _fence(tasks, pool, stop_of)
-    fenced = [t for t in tasks if t.key in sessions]
-    again = [t for t in tasks if t.key not in sessions]
+    by_key = {t.key: t for t in tasks}
+    done: list[PartitionResult] = []
+    again: list[PartitionTask] = []
+    fences: dict[TopicPartition, Future[ProducerSession | None]] = {t.key: Future() for t in tasks}
     copies = []
-    for t in fenced:
+    for t in tasks:
         if on_plan is not None:
             on_plan(t.plan)
-        copies.append(SmallCopy(t.plan, t.rules, sessions[t.key], stop_of[t.key]))
-    by_key = {t.key: t for t in fenced}
-    done: list[PartitionResult] = []
-    for key, result in copy_small(copies, sources, local, first.options, progress).items():
+        copies.append(SmallCopy(t.plan, t.rules, fences[t.key], stop_of[t.key]))
+    # The fences run while the sources are read: neither waits for the other (the copy waits
+    # for each partition's fence before reading the local bounds it appends after).
+    fencer = threading.Thread(target=_fence_all, args=(tasks, local, stop_of, fences),
+                              name="fences", daemon=True)  # fmt: skip
+    fencer.start()
+    try:
+        results = copy_small(copies, sources, local, first.options, progress)
+    finally:
+        fencer.join()
+    for key, result in results.items():
         if result is None:
             again.append(by_key[key])
             continue
@@ -122,26 +133,64 @@ def _copy_group(
     return done, again
 
 
-def _fence(
+def _fence_all(
     tasks: list[PartitionTask],
-    pool: ClusterPool,
+    local: Cluster,
     stop_of: Mapping[TopicPartition, threading.Event],
-) -> dict[TopicPartition, ProducerSession]:
-    """Each partition's producer session, opened under its own transactional id (which fences
-    any earlier writer of it); a partition whose fence failed is left out."""
-    local = pool.get(tasks[0].local)
+    fences: Mapping[TopicPartition, Future[ProducerSession | None]],
+) -> None:
+    """Each partition's producer session into its future, in the tasks' order, a wave's worth
+    at a time: opened under its own transactional id (which fences any earlier writer of it),
+    all of a wave's sent at once (``open_fenced_producers``); those that failed there, or do
+    not fence, one at a time with the usual retries. None where that failed too, or where the
+    partition was stopped first (it goes the usual way)."""
+    try:
+        with ThreadPoolExecutor(FENCES_IN_FLIGHT, thread_name_prefix="fence") as one_by_one:
+            for i in range(0, len(tasks), FENCE_WAVE):
+                wave = [t for t in tasks[i : i + FENCE_WAVE] if not _stopped(t, stop_of, fences)]
+                fencing = [t.key for t in wave if t.options.fencing]
+                opened = open_fenced_producers(local, fencing, lanes=FENCE_CONNECTIONS)
+                for n, t in enumerate(wave):
+                    got = opened.get(t.key)
+                    if isinstance(got, ProducerSession):
+                        fences[t.key].set_result(got)
+                        continue
+                    if got is not None:
+                        log.debug("fencing %s-%d: %s (again, with retries)", *t.key, got)
+                    one_by_one.submit(_fence_into, fences[t.key], t, local, stop_of[t.key], n)
+    finally:  # a bug: every partition not fenced yet goes the usual way
+        for f in fences.values():
+            if not f.done():
+                f.set_result(None)
 
-    def fence(t: PartitionTask, n: int) -> ProducerSession | None:
-        # Revoked or stopping: fence nothing more (it may be another's now).
-        if stop_of[t.key].is_set():
-            return None
-        try:
-            return open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing,
-                                 lane=n % FENCE_CONNECTIONS)  # fmt: skip
-        except PartsyncError as e:
-            log.debug("fencing %s-%d: %s", *t.key, e)
-            return None
 
-    with ThreadPoolExecutor(FENCES_IN_FLIGHT, thread_name_prefix="fence") as ex:
-        sessions = list(ex.map(fence, tasks, range(len(tasks))))
-    return {t.key: s for t, s in zip(tasks, sessions, strict=True) if s is not None}
+def _stopped(
+    t: PartitionTask,
+    stop_of: Mapping[TopicPartition, threading.Event],
+    fences: Mapping[TopicPartition, Future[ProducerSession | None]],
+) -> bool:
+    # Revoked or stopping: fence nothing more (it may be another's now).
+    if stop_of[t.key].is_set():
+        fences[t.key].set_result(None)
+        return True
+    return False
+
+
+def _fence_into(
+    fence: Future[ProducerSession | None],
+    t: PartitionTask,
+    local: Cluster,
+    stop: threading.Event,
+    n: int,
+) -> None:
+    """``fence`` set to the partition's producer session (``open_producer``, which retries),
+    or None where that failed or the partition was stopped first."""
+    session = None
+    try:
+        if not stop.is_set():
+            session = open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing,
+                                    lane=n % FENCE_CONNECTIONS)  # fmt: skip
+    except PartsyncError as e:
+        log.debug("fencing %s-%d: %s", *t.key, e)
+    finally:
+        fence.set_result(session)

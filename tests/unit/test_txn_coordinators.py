@@ -12,7 +12,7 @@ import pytest
 from partsync._kafka import BrokerInfo
 from partsync._kafka.codes import ErrorCode
 from partsync.config import ClusterRef
-from partsync.errors import ClusterError
+from partsync.errors import BrokerError, ClusterError
 from partsync.io.cluster import Cluster
 
 OLD, NEW = BrokerInfo(1, "h1", 1), BrokerInfo(2, "h2", 2)
@@ -159,3 +159,99 @@ def test_only_the_keys_still_missing_are_asked_again() -> None:
     unavailable = (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
     assert stuck.find_coordinator("g", 0, timeout=0.3) == unavailable
     assert 1 < len(busy.requests) <= 4
+
+
+class Pipelined(Node):
+    """A coordinator that also takes many ids at once (``try_init_producer_ids``)."""
+
+    def __init__(self, coordinator: bool, down: bool = False) -> None:
+        super().__init__(coordinator, down)
+        self.batches: list[list[str]] = []
+
+    def try_init_producer_ids(self, tids: list[str]) -> list[Any]:
+        self.batches.append(list(tids))
+        return [self.try_init_producer_id(t) for t in tids]
+
+
+def _lanes(nodes: dict[int, Pipelined]) -> tuple[Cluster, list[tuple[int, int]]]:
+    c, _lookups = _cluster(nodes, NEW)  # type: ignore[arg-type]
+    used: list[tuple[int, int]] = []
+
+    def conn(node_id: int, lane: int = 0) -> Pipelined:
+        used.append((node_id, lane))
+        return nodes[node_id]
+
+    c.broker_conn = conn  # type: ignore[method-assign,assignment]
+    return c, used
+
+
+def test_many_fences_go_to_their_coordinators_at_once_over_several_connections() -> None:
+    nodes = {1: Pipelined(coordinator=True), 2: Pipelined(coordinator=True)}
+    c, used = _lanes(nodes)
+    ids = [f"partsync:t:{p}" for p in range(10)]
+    for n, tid in enumerate(ids):
+        c._txn_coordinators[tid] = OLD if n % 2 else NEW
+    got = c.init_producer_ids(ids, lanes=3)
+    assert got == dict.fromkeys(ids, (42, 3))
+    assert sorted(nodes[2].asked) == sorted(ids[0::2]) and sorted(nodes[1].asked) == sorted(
+        ids[1::2]
+    )
+    assert sorted(used) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]  # one ask per lane
+    assert all(len(b) <= 2 for n in nodes.values() for b in n.batches)
+
+
+def test_a_fence_that_fails_among_many_is_that_ids_error_and_forgets_its_coordinator() -> None:
+    nodes = {1: Pipelined(coordinator=False), 2: Pipelined(coordinator=True, down=True)}
+    c, _used = _lanes(nodes)
+    c._txn_coordinators.update({"moved": OLD, "down": NEW})
+    got = c.init_producer_ids(["moved", "down", "unknown"], lanes=2)
+    assert (
+        isinstance(got["moved"], BrokerError)
+        and got["moved"].error_code == ErrorCode.NOT_COORDINATOR
+    )
+    assert isinstance(got["down"], ClusterError)
+    # Never looked up or asked here: the caller fences it the usual way, which looks it up.
+    assert isinstance(got["unknown"], ClusterError) and "not known" in got["unknown"].reason
+    assert "unknown" not in nodes[1].asked + nodes[2].asked
+    assert "moved" not in c._txn_coordinators and "down" not in c._txn_coordinators
+
+
+class Local:
+    """A local cluster whose many-at-once fences fail for some partitions (``refuse``), and
+    whose one-at-a-time fence (with retries) succeeds."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        self.refuse = refuse
+        self.one_by_one: list[str] = []
+
+    def prefetch_txn_coordinators(self, ids: list[str]) -> None:
+        pass
+
+    def init_producer_ids(self, ids: list[str], *, lanes: int = 1) -> dict[str, Any]:
+        return {t: ClusterError("refused") if t in self.refuse else (7, 1) for t in ids}
+
+    def init_producer_id(self, tid: str | None, **kw: Any) -> tuple[int, int]:
+        assert tid is not None
+        self.one_by_one.append(tid)
+        return 8, 2
+
+
+def test_the_small_rounds_fence_again_one_by_one_where_fencing_together_failed() -> None:
+    import threading
+    from concurrent.futures import Future
+
+    from partsync.copy.producer import ProducerSession
+    from partsync.run.small import _fence_all
+    from tests.unit.test_small_copies import _task
+
+    tasks = [_task(p) for p in range(5)]
+    stops = {t.key: threading.Event() for t in tasks}
+    stops[tasks[4].key].set()  # revoked before its fence: never fenced
+    fences: dict[Any, Future[ProducerSession | None]] = {t.key: Future() for t in tasks}
+    local = Local(refuse={"partsync:t:1", "partsync:t:3"})
+    _fence_all(tasks, local, stops, fences)  # type: ignore[arg-type]
+    got = {k[1]: f.result(0) for k, f in fences.items()}
+    assert {p: (s.producer_id, s.epoch) for p, s in got.items() if s} == {
+        0: (7, 1), 1: (8, 2), 2: (7, 1), 3: (8, 2)}  # fmt: skip
+    assert got[4] is None
+    assert sorted(local.one_by_one) == ["partsync:t:1", "partsync:t:3"]
