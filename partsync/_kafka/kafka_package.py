@@ -27,20 +27,38 @@ def defer_init(name: str = "kafka") -> None:
     if spec is None or spec.loader is None or spec.submodule_search_locations is None:
         return
     package = importlib.util.module_from_spec(spec)
+    # Held while the file runs: another thread asking meanwhile waits for it, as it would for
+    # an import; the running thread itself (the file imports its own submodules) goes on.
     lock = threading.RLock()
+    running = False
 
     def load(attr: str) -> object:
+        nonlocal running
         with lock:
-            if package.__dict__.get("__getattr__") is load:
+            if not running and package.__dict__.get("__getattr__") is load:
+                if "__all__" not in package.__dict__:  # not run yet (importlib.reload runs it)
+                    running = True
+                    try:
+                        assert spec.loader is not None
+                        spec.loader.exec_module(package)
+                    except BaseException:
+                        sys.modules.pop(name, None)  # half run: the next import starts afresh
+                        raise
+                    finally:
+                        running = False
                 del package.__dict__["__getattr__"]
-                assert spec.loader is not None
-                spec.loader.exec_module(package)
+                package.__dict__.pop("__dir__", None)
         try:
             return package.__dict__[attr]
         except KeyError:
             raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
 
+    def listing() -> list[str]:
+        load("__name__")
+        return sorted(package.__dict__)
+
     package.__getattr__ = load  # type: ignore[method-assign]  # PEP 562
+    package.__dir__ = listing  # type: ignore[method-assign]
     sys.modules[name] = package
 
 

@@ -129,7 +129,7 @@ class TopicPlan:
 class _SourceRead:
     info: TopicInfo | None = None
     bounds: dict[int, Bounds] | None = None
-    error: ClusterError | None = None  # unreachable (metadata or bounds)
+    error: ClusterError | None = None  # unreachable: no metadata, or (with ``info``) no bounds
 
 
 @dataclass
@@ -138,6 +138,9 @@ class _LocalRead:
     configs: dict[str, str] | None = None
     bounds: dict[int, Bounds] | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
+    # Reading the settings or bounds failed: raised where they are used, after the checks of
+    # the partition counts (which need the metadata only).
+    error: ClusterError | None = None
 
 
 def _wanted(count: int, wanted: frozenset[int] | None) -> list[int]:
@@ -161,9 +164,12 @@ def _read_local(local: Cluster, topic: str, wanted: frozenset[int] | None) -> _L
     (raises ``ClusterError`` where the local cluster cannot be read)."""
     out = _LocalRead(local.topic(topic))
     if out.info is not None:
-        out.configs, out.warnings = local.topic_configs(topic)
-        have = _wanted(out.info.partitions, wanted)
-        out.bounds = _local_bounds(local, topic, have, out.warnings)
+        try:
+            out.configs, out.warnings = local.topic_configs(topic)
+            have = _wanted(out.info.partitions, wanted)
+            out.bounds = _local_bounds(local, topic, have, out.warnings)
+        except ClusterError as e:
+            out.error = e
     return out
 
 
@@ -186,18 +192,19 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         reads = {name: f.result() for name, f in src_reads.items()}
         local_failed = local_read.exception()  # raised below, where it was before reads overlapped
     for name, r in reads.items():
+        if r.info is None and r.error is None:
+            warnings.append(f"topic {topic} does not exist on source {name}")
+            continue
+        if r.info is not None:  # its partitions count even where its bounds could not be read
+            counts[name] = r.info.partitions
+            if r.info.topic_id is not None:
+                ids.append((name, r.info.topic_id))
         if r.error is not None:
             warnings.append(f"source {name} unreachable, planning without it: {r.error.reason}")
             unreachable.append(name)
-            continue
-        if r.info is None:
-            warnings.append(f"topic {topic} does not exist on source {name}")
-            continue
-        counts[name] = r.info.partitions
-        assert r.bounds is not None
-        src_bounds[name] = r.bounds
-        if r.info.topic_id is not None:
-            ids.append((name, r.info.topic_id))
+        else:
+            assert r.bounds is not None
+            src_bounds[name] = r.bounds
     if not counts:
         names = ", ".join(r.name for r in req.sources)
         return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
@@ -220,7 +227,7 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
                 "(use --create-missing to create it with the sources' partition count)"
             ))  # fmt: skip
         warnings.append(f"topic {topic} would be created on {local.name} with {count} partitions")
-        create = TopicCreation(count, next(iter(src_bounds)))
+        create = TopicCreation(count, next(iter(counts)))
     elif local_info.partitions < count and req.add_partitions:
         grow = TopicGrowth(local_info.partitions, count)
         warnings.append(
@@ -244,6 +251,8 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
         local_bounds = {p: Bounds(0, 0) for p in parts}
         rules, refusal = LocalTopicRules(), None
     else:
+        if lr.error is not None:
+            raise lr.error
         assert lr.configs is not None and lr.bounds is not None
         warnings.extend(lr.warnings)
         rules, refusal = rules_from(lr.configs)

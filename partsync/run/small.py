@@ -149,7 +149,11 @@ def _fence_all(
             for i in range(0, len(tasks), FENCE_WAVE):
                 wave = [t for t in tasks[i : i + FENCE_WAVE] if not _stopped(t, stop_of, fences)]
                 fencing = [t.key for t in wave if t.options.fencing]
-                opened = open_fenced_producers(local, fencing, lanes=FENCE_CONNECTIONS)
+                try:
+                    opened = open_fenced_producers(local, fencing, lanes=FENCE_CONNECTIONS)
+                except Exception:  # a bug: this wave is fenced one at a time
+                    log.exception("fencing %d partitions together failed", len(fencing))
+                    opened = {}
                 for n, t in enumerate(wave):
                     got = opened.get(t.key)
                     if isinstance(got, ProducerSession):

@@ -53,3 +53,23 @@ def test_kafka_imported_before_partsync_is_left_alone() -> None:
         "from partsync._kafka.kafka_package import loaded\nprint(loaded(), kafka.KafkaConsumer)"
     )
     assert out == "True <class 'kafka.consumer.group.KafkaConsumer'>"
+
+
+def test_threads_using_the_package_first_at_once_all_wait_for_it() -> None:
+    # The package's file runs in one of them for ~0.15 s: the others wait, as for an import.
+    out = _run(
+        "import threading, partsync._kafka, kafka\n"
+        "errors = []\n"
+        "def use(n):\n"
+        "    try:\n"
+        "        if n % 2:\n"
+        "            kafka.KafkaConsumer\n"
+        "        else:\n"
+        "            from kafka import KafkaProducer\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "ts = [threading.Thread(target=use, args=(n,)) for n in range(6)]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\n"
+        "print(errors, 'KafkaAdminClient' in dir(kafka))"
+    )
+    assert out == "[] True"
