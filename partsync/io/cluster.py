@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
@@ -101,6 +101,11 @@ class Cluster:
         self._bootstrap: Connection | None = None
         self._bootstrap_next = 0
         self._metadata: Metadata | None = None
+        # Metadata is read for these topics only (a cluster may hold 100k partitions of other
+        # topics): the ones asked about so far. Reads are serialized so that one that began
+        # before a topic was added never replaces one that has it.
+        self._watched: set[str] = set()
+        self._metadata_lock = threading.Lock()
         # TopicInfo per topic of the current metadata (rebuilt when metadata is refreshed):
         # per-partition callers ask for it often, and building it is O(partitions).
         self._topics: tuple[Metadata | None, dict[str, TopicInfo | None]] = (None, {})
@@ -597,13 +602,36 @@ class Cluster:
         return self._bootstrap_call(fn)
 
     def metadata(self, refresh: bool = False) -> Metadata:
-        if self._metadata is None or refresh:
-            self._metadata = self._bootstrap_call(lambda c: c.metadata(None))
-        return self._metadata
+        """The brokers and the watched topics' partitions (``topic``, ``watch``), as last read;
+        ``refresh`` reads them again."""
+        md = self._metadata
+        if md is None or refresh:
+            with self._metadata_lock:
+                topics = sorted(self._watched)
+                md = self._metadata = self._bootstrap_call(lambda c: c.metadata(topics))
+        return md
+
+    def watch(self, topics: Iterable[str]) -> None:
+        """Read these topics' metadata from now on, with the next read: one request for all
+        of them rather than one per topic as ``topic`` first asks for each."""
+        with self._metadata_lock:
+            new = set(topics) - self._watched
+            self._watched |= new
+        if new:
+            self._metadata = None
+
+    def list_topics(self) -> list[str]:
+        """Every topic of the cluster that can be described (the one metadata read of all
+        topics: for ``--topic-pattern``)."""
+        md = self._bootstrap_call(lambda c: c.metadata(None))
+        return [t for t, m in md.topics.items() if m.error_code == 0]
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
         """Partition count and leaders, or None when the topic does not exist."""
         md = self.metadata(refresh=refresh)
+        if name not in md.topics:  # not watched yet (or a broker that leaves unknown ones out)
+            self.watch((name,))
+            md = self.metadata(refresh=True)
         cached_md, infos = self._topics
         if cached_md is not md:
             infos = {}

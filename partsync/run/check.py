@@ -78,6 +78,8 @@ def principal_of(ref: ClusterRef) -> str | None:
 
 
 def check_clusters(req: SyncRequest, pool: ClusterPool, opts: CheckOptions) -> CheckReport:
+    for ref in (req.local, *req.sources):
+        pool.get(ref).watch(req.topics)
     checks = [_reach(pool.get(ref), "source") for ref in req.sources]
     for c, ref in zip(checks, req.sources, strict=True):
         if c.error is None:

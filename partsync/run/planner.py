@@ -324,12 +324,10 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
     error: ClusterError | None = None
     for ref in req.sources:
         try:
-            md = pool.get(ref).metadata(refresh=True)
+            listed[ref.name] = pool.get(ref).list_topics()
         except ClusterError as e:
             log.warning("listing the topics of %s: %s", ref.name, e)
             error = e
-            continue
-        listed[ref.name] = [t for t, m in md.topics.items() if m.error_code == 0]
     if not listed and error is not None:
         raise error
     return dataclasses.replace(req, topics=tuple(select_topics(sel, listed)))
@@ -338,6 +336,8 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
 def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
     """Plan every requested topic; reads only. Raises ``ClusterError`` when the local cluster is
     unreachable."""
+    for ref in (req.local, *req.sources):
+        pool.get(ref).watch(req.topics)  # one metadata read for all of them
     out = []
     for topic in req.topics:
         try:

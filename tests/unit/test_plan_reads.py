@@ -21,6 +21,9 @@ class Stand:
     def __init__(self, name: str, partitions: int | None, *, bounds_fail: bool = False) -> None:
         self.name, self.partitions, self.bounds_fail = name, partitions, bounds_fail
 
+    def watch(self, topics: object) -> None:
+        pass
+
     def topic(self, topic: str) -> TopicInfo | None:
         if self.partitions is None:
             return None

@@ -1,0 +1,105 @@
+"""A cluster reads the metadata of the topics it works on, not of every topic it holds."""
+
+from __future__ import annotations
+
+import threading
+
+from partsync._kafka import BrokerInfo, Metadata, PartitionMeta, TopicMeta
+from partsync.config import ClusterRef
+from partsync.io.cluster import Cluster
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class Broker:
+    """Answers Metadata like Kafka: the asked-for topics (unknown ones with an error), or all of
+    them for None; records each request's topic list."""
+
+    def __init__(self, topics: dict[str, int], *, omit_unknown: bool = False) -> None:
+        self.topics = topics
+        self.omit_unknown = omit_unknown
+        self.asked: list[list[str] | None] = []
+        self.in_call: threading.Event | None = None
+        self.release: threading.Event | None = None
+
+    def metadata(self, topics: list[str] | None) -> Metadata:
+        self.asked.append(None if topics is None else list(topics))
+        if self.in_call is not None and self.release is not None:
+            self.in_call.set()
+            self.release.wait(5)
+        out = {}
+        for t in self.topics if topics is None else topics:
+            if t in self.topics:
+                parts = {p: PartitionMeta(p, 1, 0, 0) for p in range(self.topics[t])}
+                out[t] = TopicMeta(t, 0, parts, None)
+            elif not self.omit_unknown:
+                out[t] = TopicMeta(t, UNKNOWN_TOPIC_OR_PARTITION, {}, None)
+        return Metadata({1: BrokerInfo(1, "127.0.0.1", 9)}, out)
+
+
+def _cluster(broker: Broker) -> Cluster:
+    c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))  # never connects
+    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    return c
+
+
+def test_metadata_is_read_for_the_watched_topics_only() -> None:
+    broker = Broker({"a": 2, "b": 3, "other": 100})
+    c = _cluster(broker)
+    assert c.metadata().brokers  # brokers only: no topic asked about yet
+    c.watch(["a", "b"])
+    info = c.topic("a")
+    assert info is not None and info.partitions == 2
+    info_b = c.topic("b")
+    assert info_b is not None and info_b.partitions == 3
+    assert broker.asked == [[], ["a", "b"]]  # one read for both watched topics
+    c.topic("a", refresh=True)
+    assert broker.asked[-1] == ["a", "b"]
+
+
+def test_a_topic_asked_about_first_is_read_then_kept() -> None:
+    broker = Broker({"a": 2, "other": 100})
+    c = _cluster(broker)
+    assert c.topic("missing") is None
+    info = c.topic("a")
+    assert info is not None and info.partitions == 2
+    assert c.topic("missing") is None and c.topic("a") is not None
+    assert broker.asked == [[], ["missing"], ["a", "missing"]]
+
+
+def test_a_broker_that_leaves_unknown_topics_out_still_reads_as_missing() -> None:
+    broker = Broker({"a": 2}, omit_unknown=True)
+    c = _cluster(broker)
+    c.watch(["a", "gone"])
+    assert c.topic("gone") is None
+    assert c.topic("a") is not None
+
+
+def test_listing_reads_every_topic_and_leaves_the_watched_metadata_alone() -> None:
+    broker = Broker({"a": 2, "b": 1})
+    c = _cluster(broker)
+    c.watch(["a"])
+    assert c.topic("a") is not None
+    assert sorted(c.list_topics()) == ["a", "b"]
+    assert c.topic("a") is not None
+    assert broker.asked == [["a"], None]
+
+
+def test_a_read_begun_before_a_topic_was_added_does_not_hide_it() -> None:
+    broker = Broker({"a": 2, "b": 3})
+    c = _cluster(broker)
+    c.watch(["a"])
+    broker.in_call, broker.release = threading.Event(), threading.Event()
+    slow = threading.Thread(target=c.metadata, kwargs={"refresh": True})
+    slow.start()
+    assert broker.in_call.wait(5)  # a read of ["a"] is under way
+    broker.in_call = None
+    got: list[object] = []
+    asker = threading.Thread(target=lambda: got.append(c.topic("b")))
+    asker.start()
+    broker.release.set()
+    slow.join(5)
+    asker.join(5)
+    info = got[0]
+    assert info is not None and getattr(info, "partitions", None) == 3
+    assert broker.asked[0] == ["a"] and broker.asked[-1] == ["a", "b"]
