@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from partsync.copy.bulk import SmallCopy, copy_small, fits_small
+from partsync.copy.bulk import WAVE, SmallCopy, copy_small, fits_small
 from partsync.copy.context import ProgressFn
 from partsync.copy.producer import ProducerSession, open_fenced_producers, open_producer
 from partsync.errors import PartsyncError
@@ -44,8 +44,9 @@ MIN_PARTITIONS = 32
 # Fences are sent a wave at a time, all of a wave's at once, over this many connections to
 # each coordinator (Kafka works through a connection's requests one at a time: 1000 fences
 # took 0.4-1.1 s on one connection and 0.27 s on eight, from threads each waiting for its
-# answer). Those that fail there are fenced again with retries, this many at once.
-FENCE_WAVE = 256
+# answer). Those that fail there are fenced again with retries, this many at once. A fence
+# wave is a copy wave: the copy's first wave needs exactly the first fence wave's fences.
+FENCE_WAVE = WAVE
 FENCE_CONNECTIONS = 8
 FENCES_IN_FLIGHT = 16
 
