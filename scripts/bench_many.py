@@ -3,7 +3,7 @@ goal 2: 1000 partitions in at most 1.5 s).
 
     python scripts/bench_many.py [--partitions 1000] [--rounds 5] [--warmup 1]
                                  [--local kafka|tansu] [--trees /tmp/before,.] [--count]
-                                 [-- extra sync args]
+                                 [--other-partitions 0] [-- extra sync args]
 
 The source is Tansu; the local cluster is Apache Kafka 4.1.1 (a JVM process) or Tansu. Each
 round creates a fresh topic of ``--partitions`` partitions on both, one 100-byte record per
@@ -13,6 +13,8 @@ two trees (e.g. a git worktree of the commit before and this one) are compared s
 JVM answers a thousand partitions' first InitProducerId and Produce requests about twice as
 slowly as a running one (its JIT and transaction coordinator warm up), and a production cluster
 is a running one.
+``--other-partitions N`` first creates N partitions of other topics (no records) on both
+clusters, as a production cluster holds many topics a run does not sync.
 It prints each run's wall time and partsync's CPU time, then the medians per tree. With
 ``--count`` each run also prints the requests partsync sent, by API (counted in the client).
 """
@@ -86,6 +88,8 @@ def main() -> int:
     ap.add_argument("--local", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--trees", default=".", help="comma-separated partsync source trees")
     ap.add_argument("--count", action="store_true", help="print each run's requests by API")
+    ap.add_argument("--other-partitions", type=int, default=0,
+                    help="partitions of other topics on both clusters, made first")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="end with the medians as one JSON line")
     ap.add_argument("extra", nargs="*", help="more `partsync sync` arguments (after --)")
     args = ap.parse_args()
@@ -100,6 +104,10 @@ def main() -> int:
             local = start_kafka_cluster("4.1.1", data_dir=Path(tmp.name), heap="1g")
         else:
             local = start_tansu("bench-many-local")
+        for k in range(0, args.other_partitions, 1000):
+            for broker in (src, local):
+                create_topic(broker.bootstrap, f"other-{k // 1000}",
+                             min(1000, args.other_partitions - k), timeout=120)  # fmt: skip
         results: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
         for r in range(-args.warmup, args.rounds):
             for tree in trees:
@@ -128,7 +136,8 @@ def main() -> int:
             print(f"  {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s")
         if args.json:
             print(json.dumps({"partitions": n, "local": args.local, "rounds": args.rounds,
-                              "warmup": args.warmup, "trees": medians}))  # fmt: skip
+                              "warmup": args.warmup, "other_partitions": args.other_partitions,
+                              "trees": medians}))  # fmt: skip
     finally:
         if local is not None:
             local.stop()
