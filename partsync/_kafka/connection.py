@@ -192,20 +192,23 @@ def _sendmsg_all(sock: socket.socket, parts: list[Buffer]) -> None:
 
 
 # One TLS context per cluster's settings and their files' versions: building one loads the CA
-# store (~19 ms here, the system's), once per connection before. A file replaced on disk (a
-# rotated certificate) has a new signature, so the next connection builds a context from it.
-_SSL_CONTEXTS: dict[tuple[Security, tuple[tuple[int, int] | None, ...]], ssl.SSLContext] = {}
+# store (~19 ms here, the system's), once per connection before. A file replaced or rewritten on
+# disk (a rotated certificate: a new inode or change time, even where the copy kept its mtime)
+# has a new signature, so the next connection builds a context from it. The system's CA store
+# (no ssl_cafile) is read once per process.
+_Signature = tuple[int, int, int, int]
+_SSL_CONTEXTS: dict[tuple[Security, tuple[_Signature | None, ...]], ssl.SSLContext] = {}
 _SSL_CONTEXTS_LOCK = threading.Lock()
 
 
-def _file_signature(path: str | None) -> tuple[int, int] | None:
+def _file_signature(path: str | None) -> _Signature | None:
     if not path:
         return None
     try:
         st = os.stat(path)
     except OSError:
         return None  # building the context reports it
-    return (st.st_mtime_ns, st.st_size)
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
 
 def _ssl_context(sec: Security) -> ssl.SSLContext:

@@ -25,7 +25,6 @@ from partsync._kafka import (
     Metadata,
     TopicMeta,
     broker_error,
-    error_name,
 )
 from partsync.config import ClusterRef
 from partsync.errors import (
@@ -100,12 +99,17 @@ class Cluster:
         self._making: dict[Hashable, threading.Lock] = {}  # held while one is being made
         self._bootstrap: Connection | None = None
         self._bootstrap_next = 0
-        self._metadata: Metadata | None = None
-        # Metadata is read for these topics only (a cluster may hold 100k partitions of other
-        # topics): the ones asked about so far. Reads are serialized so that one that began
-        # before a topic was added never replaces one that has it.
+        # The last metadata read and the topics it asked for. Metadata is read for the topics a
+        # run works on only (a cluster may hold 100k partitions of other topics): those named
+        # by ``watch`` or asked about by ``topic``. Reads run one at a time, numbered as they
+        # start: a refresh asked for while another read was under way waits for it, and one
+        # that began after the asking (so it has every topic watched by then) also serves it.
+        self._metadata: tuple[Metadata, frozenset[str]] | None = None
         self._watched: set[str] = set()
+        self._watched_lock = threading.Lock()
         self._metadata_lock = threading.Lock()
+        self._reads_started = 0
+        self._read_ok = 0  # the number of the last read that succeeded
         # TopicInfo per topic of the current metadata (rebuilt when metadata is refreshed):
         # per-partition callers ask for it often, and building it is O(partitions).
         self._topics: tuple[Metadata | None, dict[str, TopicInfo | None]] = (None, {})
@@ -178,14 +182,24 @@ class Cluster:
         one (a broker works through one connection's requests one at a time, so many requests
         at once, e.g. a thousand partitions' fences, go faster over several)."""
         key = node_id if lane == 0 else (node_id, lane)
+
+        def usable(c: Connection | None) -> bool:
+            # A dropped connection is replaced, not reused; so is one whose SASL session the
+            # broker is about to end.
+            return c is not None and not c.closed and not c.expiring
+
+        with self._lock:
+            conn = self._conns.get(key)
+            if conn is not None and usable(conn):
+                return conn
+        # Read outside the lock: a metadata read may need it (to retire its connection).
+        brokers = self.metadata().brokers
         retired = None
         with self._lock:
             conn = self._conns.get(key)
-            # A dropped connection is replaced, not reused; so is one whose SASL session the
-            # broker is about to end.
-            if conn is None or conn.closed or conn.expiring:
+            if conn is None or not usable(conn):
                 retired = conn
-                info = self.metadata().brokers.get(node_id)
+                info = brokers.get(node_id)
                 if info is None:
                     raise ClusterError(
                         f"broker {node_id} is not in the cluster metadata", cluster=self.name
@@ -604,21 +618,31 @@ class Cluster:
     def metadata(self, refresh: bool = False) -> Metadata:
         """The brokers and the watched topics' partitions (``topic``, ``watch``), as last read;
         ``refresh`` reads them again."""
-        md = self._metadata
-        if md is None or refresh:
-            with self._metadata_lock:
+        return self._read_metadata(refresh)[0]
+
+    def _read_metadata(self, refresh: bool) -> tuple[Metadata, frozenset[str]]:
+        last = self._metadata
+        if last is not None and not refresh:
+            return last
+        asked = self._reads_started
+        with self._metadata_lock:
+            last = self._metadata
+            if last is not None and (not refresh or self._read_ok > asked):
+                return last  # read meanwhile, by a read that began after the asking
+            self._reads_started += 1
+            number = self._reads_started
+            with self._watched_lock:
                 topics = sorted(self._watched)
-                md = self._metadata = self._bootstrap_call(lambda c: c.metadata(topics))
-        return md
+            md = self._bootstrap_call(lambda c: c.metadata(topics))
+            last = self._metadata = (md, frozenset(topics))
+            self._read_ok = number
+            return last
 
     def watch(self, topics: Iterable[str]) -> None:
-        """Read these topics' metadata from now on, with the next read: one request for all
-        of them rather than one per topic as ``topic`` first asks for each."""
-        with self._metadata_lock:
-            new = set(topics) - self._watched
-            self._watched |= new
-        if new:
-            self._metadata = None
+        """Read these topics' metadata from now on: naming all of a run's topics before the
+        first read makes it one request, rather than one more as ``topic`` meets each."""
+        with self._watched_lock:
+            self._watched.update(topics)
 
     def list_topics(self) -> list[str]:
         """Every topic of the cluster that can be described (the one metadata read of all
@@ -628,10 +652,11 @@ class Cluster:
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
         """Partition count and leaders, or None when the topic does not exist."""
-        md = self.metadata(refresh=refresh)
-        if name not in md.topics:  # not watched yet (or a broker that leaves unknown ones out)
+        if name not in self._watched:
             self.watch((name,))
-            md = self.metadata(refresh=True)
+        md, asked = self._read_metadata(refresh)
+        if name not in asked:  # read before it was watched: read again, now with it
+            md, asked = self._read_metadata(True)
         cached_md, infos = self._topics
         if cached_md is not md:
             infos = {}
@@ -643,13 +668,13 @@ class Cluster:
     def _topic_info(self, md: Metadata, name: str) -> TopicInfo | None:
         t: TopicMeta | None = md.topics.get(name)
         if t is None or t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            return None
+            return None  # (a broker may leave an unknown topic out of its answer)
+        if t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            raise broker_error(t.error_code, "not authorized to describe the topic",
+                               cluster=self.name, topic=name)  # fmt: skip
         if t.error_code:
-            raise ClusterError(
-                f"metadata for the topic failed: {error_name(t.error_code)}",
-                cluster=self.name,
-                topic=name,
-            )
+            raise broker_error(t.error_code, "metadata for the topic failed",
+                               cluster=self.name, topic=name)  # fmt: skip
         leaders = {}
         epochs = {p: pm.leader_epoch for p, pm in t.partitions.items()}
         for p, pm in sorted(t.partitions.items()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from partsync._kafka import BrokerInfo, Metadata, PartitionMeta, TopicMeta
 from partsync.config import ClusterRef
@@ -64,7 +65,7 @@ def test_a_topic_asked_about_first_is_read_then_kept() -> None:
     info = c.topic("a")
     assert info is not None and info.partitions == 2
     assert c.topic("missing") is None and c.topic("a") is not None
-    assert broker.asked == [[], ["missing"], ["a", "missing"]]
+    assert broker.asked == [["missing"], ["a", "missing"]]
 
 
 def test_a_broker_that_leaves_unknown_topics_out_still_reads_as_missing() -> None:
@@ -73,6 +74,8 @@ def test_a_broker_that_leaves_unknown_topics_out_still_reads_as_missing() -> Non
     c.watch(["a", "gone"])
     assert c.topic("gone") is None
     assert c.topic("a") is not None
+    assert c.topic("gone") is None
+    assert broker.asked == [["a", "gone"]]  # asked for and left out: not asked again
 
 
 def test_listing_reads_every_topic_and_leaves_the_watched_metadata_alone() -> None:
@@ -103,3 +106,59 @@ def test_a_read_begun_before_a_topic_was_added_does_not_hide_it() -> None:
     info = got[0]
     assert info is not None and getattr(info, "partitions", None) == 3
     assert broker.asked[0] == ["a"] and broker.asked[-1] == ["a", "b"]
+
+
+def test_refreshes_asked_for_during_a_read_share_the_next_one() -> None:
+    broker = Broker({"a": 2})
+    c = _cluster(broker)
+    c.watch(["a"])
+    c.metadata()
+    broker.in_call, broker.release = threading.Event(), threading.Event()
+    first = threading.Thread(target=c.metadata, kwargs={"refresh": True})
+    first.start()
+    assert broker.in_call.wait(5)
+    broker.in_call = None  # the next reads do not stop
+    # Ten more refreshes asked for while the first is under way: one read after it serves all
+    # (the first began before they asked, so it may lack what they need).
+    waiting = [threading.Thread(target=c.metadata, kwargs={"refresh": True}) for _ in range(10)]
+    for t in waiting:
+        t.start()
+    time.sleep(0.2)
+    broker.release.set()
+    for t in [first, *waiting]:
+        t.join(5)
+    assert not any(t.is_alive() for t in [first, *waiting])
+    assert 3 <= len(broker.asked) <= 4  # the first, the one after it (a late asker: one more)
+
+
+def test_a_broker_connection_is_made_while_metadata_is_read_elsewhere() -> None:
+    """A metadata read may take the connection lock (to retire an expiring connection): the
+    broker connection's lookup of the broker's address must not hold that lock while it waits
+    for the read."""
+    broker = Broker({"a": 2})
+    c = _cluster(broker)
+    c._connect = lambda host, port: object()  # type: ignore[method-assign,assignment,return-value]
+    broker.in_call, broker.release = threading.Event(), threading.Event()
+    taken = threading.Event()
+
+    def metadata(topics: list[str] | None) -> Metadata:
+        broker.asked.append(topics)
+        taken.wait(5)
+        time.sleep(0.2)  # broker_conn is waiting for this read by now
+        with c._lock:  # as _bootstrap_conn's _retire does
+            pass
+        return Metadata({1: BrokerInfo(1, "127.0.0.1", 9)}, {})
+
+    broker.metadata = metadata  # type: ignore[method-assign]
+    reader = threading.Thread(target=c.metadata, kwargs={"refresh": True})
+    reader.start()
+
+    def connect() -> None:
+        taken.set()
+        c.broker_conn(1)
+
+    conn = threading.Thread(target=connect)
+    conn.start()
+    reader.join(5)
+    conn.join(5)
+    assert not reader.is_alive() and not conn.is_alive()
