@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeGuard, TypeVar
 
 from partsync._kafka import (
     COORDINATOR_RETRY_CODES,
@@ -183,21 +183,21 @@ class Cluster:
         at once, e.g. a thousand partitions' fences, go faster over several)."""
         key = node_id if lane == 0 else (node_id, lane)
 
-        def usable(c: Connection | None) -> bool:
+        def usable(c: Connection | None) -> TypeGuard[Connection]:
             # A dropped connection is replaced, not reused; so is one whose SASL session the
             # broker is about to end.
             return c is not None and not c.closed and not c.expiring
 
         with self._lock:
             conn = self._conns.get(key)
-            if conn is not None and usable(conn):
+            if usable(conn):
                 return conn
         # Read outside the lock: a metadata read may need it (to retire its connection).
         brokers = self.metadata().brokers
         retired = None
         with self._lock:
             conn = self._conns.get(key)
-            if conn is None or not usable(conn):
+            if not usable(conn):
                 retired = conn
                 info = brokers.get(node_id)
                 if info is None:

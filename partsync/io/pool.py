@@ -26,6 +26,13 @@ class ClusterPool:
                 c = self._clusters[ref.name] = Cluster(ref)
             return c
 
+    def watch(self, refs: Iterable[ClusterRef], topics: Iterable[str]) -> None:
+        """Each cluster reads these topics' metadata from now on (``Cluster.watch``): named
+        before the first read, all of a run's topics cost one request per cluster."""
+        names = tuple(topics)
+        for ref in refs:
+            self.get(ref).watch(names)
+
     def close(self) -> None:
         with self._lock:
             for c in self._clusters.values():

@@ -78,8 +78,7 @@ def principal_of(ref: ClusterRef) -> str | None:
 
 
 def check_clusters(req: SyncRequest, pool: ClusterPool, opts: CheckOptions) -> CheckReport:
-    for ref in (req.local, *req.sources):
-        pool.get(ref).watch(req.topics)
+    pool.watch((req.local, *req.sources), req.topics)
     checks = [_reach(pool.get(ref), "source") for ref in req.sources]
     for c, ref in zip(checks, req.sources, strict=True):
         if c.error is None:

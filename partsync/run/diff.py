@@ -493,8 +493,7 @@ def diff_topics(
         def run_local(jobs: Sequence[DiffJob]) -> list[PartitionDiff]:
             return list(ex.map(lambda j: j.run(pool), jobs))
 
-        for ref in req.clusters:
-            pool.get(ref).watch(req.topics)
+        pool.watch(req.clusters, req.topics)
         for topic in req.topics:
             out.append(_diff_topic(topic, req, pool, runner or run_local))
     return DiffReport(

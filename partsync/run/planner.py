@@ -336,8 +336,7 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
 def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
     """Plan every requested topic; reads only. Raises ``ClusterError`` when the local cluster is
     unreachable."""
-    for ref in (req.local, *req.sources):
-        pool.get(ref).watch(req.topics)  # one metadata read for all of them
+    pool.watch((req.local, *req.sources), req.topics)
     out = []
     for topic in req.topics:
         try:
