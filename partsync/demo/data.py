@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "COMPRESSIONS",
+    "UNLIMITED_RETENTION",
     "ConsumedRecord",
     "Rec",
     "assert_partitions_identical",
@@ -30,8 +31,10 @@ __all__ = [
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Record timestamps from make_records start here (2023-11-14): fixed, so data is deterministic.
 BASE_TIMESTAMP_MS = 1_700_000_000_000
-# Without these noida evicts a partition's oldest data past roughly 1 MB (KAFKA-FACTS.md).
-_UNLIMITED_RETENTION = {"retention.bytes": "-1", "retention.ms": "-1"}
+# Without these noida evicts a partition's oldest data past roughly 1 MB (KAFKA-FACTS.md), and
+# Kafka's 7-day default deletes records stamped from BASE_TIMESTAMP_MS at its next retention
+# check.
+UNLIMITED_RETENTION = {"retention.bytes": "-1", "retention.ms": "-1"}
 
 Headers = list[tuple[str, "bytes | None"]]
 
@@ -78,7 +81,7 @@ def create_topic(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    cfg = {**_UNLIMITED_RETENTION, **(config or {})}
+    cfg = {**UNLIMITED_RETENTION, **(config or {})}
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     error: str | None = None
     try:

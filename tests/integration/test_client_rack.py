@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from partsync.demo.brokers import Broker
-from partsync.demo.data import assert_partitions_identical, produce
+from partsync.demo.data import UNLIMITED_RETENTION, assert_partitions_identical, produce
 from partsync.io.cluster import Cluster
 from tests.conftest import run_cli
 from tests.integration.sync_support import cluster_ref, records
@@ -43,7 +43,9 @@ def _replicated_topic(source: KafkaCluster, topic: str, records_: int, seed: int
     """A one-partition topic on all three brokers with ``records_`` records: the rack of one
     of its followers."""
     with Cluster(cluster_ref(source.bootstrap, "src")) as src:
-        src.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        src.create_topic(
+            topic, 1, {**UNLIMITED_RETENTION, "min.insync.replicas": "1"}, replication=3
+        )
         info = src.topic(topic, refresh=True)
         assert info is not None
         leader = info.leaders[0]

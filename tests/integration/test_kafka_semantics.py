@@ -19,7 +19,13 @@ import pytest
 from partsync._kafka import CONSUMER_REPLICA, DEBUG_REPLICA, LATEST, Connection
 from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker
-from partsync.demo.data import assert_partitions_identical, create_topic, make_records, produce
+from partsync.demo.data import (
+    UNLIMITED_RETENTION,
+    assert_partitions_identical,
+    create_topic,
+    make_records,
+    produce,
+)
 from partsync.io.cluster import Cluster
 from partsync.wire.batch import rewrite_for_append
 from tests.conftest import CliResult
@@ -85,7 +91,9 @@ def test_an_unreplicated_append_is_waited_for_not_appended_over(
     produce(source.bootstrap, topic, make_records(200, seed=1, partition=0), compression="lz4",
             batch_size=4096)  # fmt: skip
     with Cluster(_ref(replicated_local.bootstrap)) as local:
-        local.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        local.create_topic(
+            topic, 1, {**UNLIMITED_RETENTION, "min.insync.replicas": "1"}, replication=3
+        )
         info = local.topic(topic, refresh=True)
         assert info is not None
         leader = replicated_local.node(info.leaders[0])
@@ -151,7 +159,9 @@ def test_the_copy_follows_a_leader_move(
             batch_size=8192)  # fmt: skip
     config = _config(tmp_path, source, replicated_local.bootstrap)
     with Cluster(_ref(replicated_local.bootstrap)) as local:
-        local.create_topic(topic, 1, {"min.insync.replicas": "1"}, replication=3)
+        local.create_topic(
+            topic, 1, {**UNLIMITED_RETENTION, "min.insync.replicas": "1"}, replication=3
+        )
         info = local.topic(topic, refresh=True)
         assert info is not None
         leader = info.leaders[0]

@@ -587,6 +587,11 @@ class KafkaCluster:
             "num.replica.fetchers": "1",
             "log.cleaner.threads": "1",
             "log.cleaner.dedupe.buffer.size": str(16 << 20),
+            # Time retention runs every second from the start (not every 5 minutes after 30 s),
+            # so a test topic that keeps the 7-day default while holding old timestamps (the
+            # test records' are from 2023) loses them in every run, not in one run of fifty.
+            "log.initial.task.delay.ms": "1000",
+            "log.retention.check.interval.ms": "1000",
         }
         listeners = []
         if node.is_broker:
