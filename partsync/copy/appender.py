@@ -151,6 +151,9 @@ def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
     except UnsafeError as e:
         e.cluster = e.cluster or source
         raise
+    if ctx.rules.expires(b):
+        first = b.base_offset if ctx.expired is None else ctx.expired[0]
+        ctx.expired = (first, b.last_offset)
 
 
 def finish(ctx: CopyContext, sender: Sender | None, session: ProducerSession) -> None:

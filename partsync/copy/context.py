@@ -82,6 +82,9 @@ class CopyContext:
         self.confirmed_end = plan.local.end
         # What the result should tell beyond its status (e.g. a check that could not be made).
         self.notes: list[str] = []
+        # The first and last offsets of copied batches already past the local topic's time
+        # retention (``LocalTopicRules.expires``): told in the result's notes.
+        self.expired: tuple[int, int] | None = None
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be
         # in the log, and if the next round finds the log ending exactly there, it was ours.
         self.unconfirmed_end: int | None = None

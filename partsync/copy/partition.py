@@ -109,6 +109,17 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
     """What a copy did, from its context (started at ``time.monotonic()`` ``started``): its
     counts, where the local log ends, and its status (the error that stopped it, or synced)."""
     plan = ctx.plan
+    notes = list(ctx.notes)
+    if ctx.expired is not None and ctx.expired[0] < ctx.confirmed_end:
+        # Checked as batches were fetched: only what was appended counts.
+        first, last = ctx.expired[0], min(ctx.expired[1], ctx.confirmed_end - 1)
+        notes.append(
+            f"copied records between offsets {first} and {last} are older than the local "
+            f"topic's retention.ms={ctx.rules.retention_ms}: {ctx.local.name} deletes them at "
+            "its next retention check (their source timestamps are kept), so the local log "
+            "start will move past them; raise the local topic's retention.ms (e.g. to the "
+            "source's) to keep them"
+        )
     result = _untouched(plan).with_copy(
         local_end_after=ctx.confirmed_end,
         batches=ctx.batches,
@@ -117,7 +128,7 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
         batches_by_source=dict(ctx.batches_by_source),
         seconds=time.monotonic() - started,
         peak_buffered_bytes=ctx.budget.peak,
-        notes=tuple(ctx.notes),
+        notes=tuple(notes),
         unconfirmed_end=ctx.unconfirmed_end if ctx.error is not None else None,
     )
     if ctx.error is not None:

@@ -67,6 +67,20 @@ class LocalTopicRules:
     # A compacted topic rejects records without a key (INVALID_RECORD), so a compacted local
     # topic needs the records looked at (the only check that decompresses).
     compacted: bool = False
+    # The local topic's time retention (None = unlimited or not reported). Not a refusal:
+    # copied batches keep their source timestamps, so the local broker deletes those older than
+    # this at its next retention check, and the run says so (``expires``).
+    retention_ms: int | None = None
+
+    def expires(self, batch: Batch, now_ms: int | None = None) -> bool:
+        """Whether the local topic's time retention already covers ``batch`` (its newest
+        record is older than retention.ms): Kafka deletes a segment once its newest timestamp
+        is that old, so such a batch is gone from the local log at the next retention check
+        unless newer records share its segment."""
+        if self.retention_ms is None or batch.max_timestamp < 0:
+            return False
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return now - batch.max_timestamp > self.retention_ms
 
     def check(self, batch: Batch, now_ms: int | None = None) -> None:
         """Refuse a batch the local topic would not store byte-for-byte or would reject.
@@ -131,6 +145,16 @@ def _check_keys(batch: Batch) -> None:
             )
 
 
+def _retention(configs: Mapping[str, str]) -> int | None:
+    """retention.ms as Kafka applies it to a topic that deletes (-1: unlimited)."""
+    policy = {p.strip() for p in configs.get("cleanup.policy", "delete").lower().split(",")}
+    try:
+        value = int(configs.get("retention.ms", -1))
+    except ValueError:
+        return None
+    return value if value >= 0 and "delete" in policy else None
+
+
 def _limit(configs: Mapping[str, str], key: str) -> int | None:
     """A timestamp limit in ms as Kafka applies it: the key's value unless left at Long.MAX,
     then the deprecated difference.max.ms; None when neither sets one."""
@@ -181,5 +205,6 @@ def rules_from(configs: Mapping[str, str]) -> tuple[LocalTopicRules, str | None]
         timestamp_before_max_ms=_limit(configs, TIMESTAMP_BEFORE),
         timestamp_after_max_ms=_limit(configs, TIMESTAMP_AFTER),
         compacted="compact" in policy,
+        retention_ms=_retention(configs),
     )
     return rules, None

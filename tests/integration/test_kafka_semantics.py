@@ -183,3 +183,35 @@ def test_the_copy_follows_a_leader_move(
         replicated_local.start(leader)
     assert run.returncode == 0, err + out
     assert_partitions_identical(source.bootstrap, replicated_local.bootstrap, topic, 1)
+
+
+def test_copied_records_older_than_the_local_retention_are_reported(
+    broker_factory: Callable[[str], Broker],
+    tmp_path: Path,
+    topic: str,
+    cli: Callable[..., CliResult],
+) -> None:
+    """A local topic left at Kafka's 7-day retention takes records stamped in 2023: the copy
+    keeps their timestamps, so the broker deletes them at its next retention check. The run
+    says which offsets, before any consumer finds them gone; every offset still lands where
+    the source has it."""
+    import time
+
+    source, local = broker_factory("a"), broker_factory("local")
+    create_topic(source.bootstrap, topic, 1)
+    produce(source.bootstrap, topic, make_records(50, seed=4, partition=0), batch_size=1024)
+    create_topic(local.bootstrap, topic, 1, {"retention.ms": str(7 * 24 * 3_600_000)})
+    config = _config(tmp_path, source, local.bootstrap)
+    r = cli("--config", str(config), "sync", "--topic", topic, "--sources", "a", "--json")
+    assert r.code == 0, r.stderr + r.stdout
+    part = r.json["topics"][0]["partitions"][0]
+    assert part["status"] == "synced" and part["local_end_after"] == 50, part
+    assert any("offsets 0 and 49" in n and "retention.ms=604800000" in n
+               for n in part["notes"]), part["notes"]  # fmt: skip
+    # As told: the test brokers check retention every second.
+    deadline = time.monotonic() + 60
+    with Cluster(_ref(local.bootstrap)) as c:
+        while c.bounds(topic, [0])[0].log_start == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        b = c.bounds(topic, [0])[0]
+        assert (b.log_start, b.end) == (50, 50)

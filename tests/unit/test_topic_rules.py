@@ -99,3 +99,55 @@ def test_create_missing_sets_no_timestamp_limit_and_keeps_or_unlimits_retention(
     rules, refusal = rules_from(silent)
     assert refusal is None
     assert rules.timestamp_before_max_ms is None and rules.timestamp_after_max_ms is None
+
+
+def test_time_retention_is_read_where_the_local_topic_deletes() -> None:
+    def retention(**cfg: str) -> int | None:
+        return rules_from({k.replace("_", "."): v for k, v in cfg.items()})[0].retention_ms
+
+    assert retention(retention_ms=str(7 * DAY)) == 7 * DAY
+    assert retention(retention_ms="-1") is None
+    assert retention() is None  # not reported (Tansu reports only what was set)
+    assert retention(retention_ms="soon") is None
+    # A compact-only topic ignores retention.ms; compact,delete applies it.
+    assert retention(retention_ms=str(DAY), cleanup_policy="compact") is None
+    assert retention(retention_ms=str(DAY), cleanup_policy="compact,delete") == DAY
+
+
+def test_a_batch_older_than_the_local_retention_expires_and_is_still_appendable() -> None:
+    batch = parse(build(3, base_offset=40))
+    rules = LocalTopicRules(retention_ms=DAY)
+    newest = batch.max_timestamp
+    assert newest >= TS
+    assert not rules.expires(batch, now_ms=newest + DAY)  # Kafka deletes only past the limit
+    assert rules.expires(batch, now_ms=newest + DAY + 1)
+    rules.check(batch, now_ms=newest + 30 * DAY)  # a note, not a refusal
+    assert not LocalTopicRules().expires(batch, now_ms=newest + 3650 * DAY)
+
+
+def test_the_result_tells_which_copied_offsets_the_local_retention_deletes() -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from partsync.copy.appender import check_next
+    from partsync.copy.context import CopyContext
+    from partsync.copy.options import CopyOptions
+    from partsync.copy.partition import copy_result
+    from partsync.plan.comparator import Bounds, Chunk, Condition, PartitionPlan
+
+    plan = PartitionPlan("t", 0, Bounds(0, 0), {"a": Bounds(0, 9)}, Condition.BEHIND, 9,
+                         (Chunk(0, 9, "a"),))  # fmt: skip
+    local: Any = SimpleNamespace(name="dc-local")
+    ctx = CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(retention_ms=DAY), None, None)
+    for base in (0, 3, 6):  # build()'s timestamps are from 2023: all past one day
+        check_next(ctx, parse(build(3, base_offset=base)), base, "a")
+    ctx.confirmed_end = 6  # the last batch was checked but never landed
+    notes = copy_result(ctx, 0.0).notes
+    assert len(notes) == 1
+    assert "offsets 0 and 5" in notes[0] and "retention.ms=86400000" in notes[0]
+    assert "dc-local deletes them" in notes[0]
+    # Nothing past the retention: nothing said.
+    fresh = CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, None)
+    check_next(fresh, parse(build(3)), 0, "a")
+    fresh.confirmed_end = 3
+    assert copy_result(fresh, 0.0).notes == ()
