@@ -40,10 +40,12 @@ __all__ = [
     "Batch",
     "Rewritten",
     "check_appendable",
+    "client_header",
     "compute_crc",
     "iter_batches",
     "rewrite_for_append",
     "rewrite_parts",
+    "seal",
 ]
 
 HEADER_SIZE = 61
@@ -87,6 +89,26 @@ _DIGEST_ATTRIBUTE_MASK = ~(_TRANSACTIONAL_BIT | _CONTROL_BIT) & 0xFFFF
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC32C of a whole batch's CRC-covered part (Attributes to the end)."""
     return int(crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+
+
+def client_header(attributes: int, record_count: int, timestamp_ms: int) -> bytes:
+    """The header of a batch as a client writes it: base offset 0, no producer identity (the
+    writer's rewrite sets it), offsets 0..record_count-1, both timestamps ``timestamp_ms``;
+    BatchLength and CRC are set by ``seal``."""
+    return _HEADER.pack(0, 0, 0, 2, 0, attributes, record_count - 1, timestamp_ms, timestamp_ms,
+                        -1, -1, -1, record_count)  # fmt: skip
+
+
+def seal(header: bytes | memoryview, section: bytes, record_count: int) -> bytes:
+    """A batch of ``header`` (its first 61 bytes: every field kept but BatchLength,
+    RecordCount and the CRC, which are set here) and a records section (compressed as the
+    header's codec says) holding ``record_count`` records."""
+    out = bytearray(header[:HEADER_SIZE])
+    out += section
+    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">i", out, RECORD_COUNT_OFFSET, record_count)
+    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out))
+    return bytes(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,11 @@ tell its own fillers from data and go on.
 from __future__ import annotations
 
 import functools
-import struct
 
 import zstandard
 
-from partsync.wire.batch import CRC_OFFSET, HEADER_SIZE, Batch, compute_crc
-from partsync.wire.records import iter_records
+from partsync.wire.batch import Batch, client_header, seal
+from partsync.wire.records import encode_varint, iter_records
 
 __all__ = ["FILLER_HEADER", "MAX_FILLER_RECORDS", "filler_batch", "is_filler"]
 
@@ -28,36 +27,23 @@ FILLER_HEADER = "partsync-filler"
 # deltas hardly compress), inside Kafka's default max.message.bytes (1 MiB).
 MAX_FILLER_RECORDS = 1_000_000
 _ZSTD = 4
-_TAIL = struct.Struct(">ibIhiqqqhii")  # PartitionLeaderEpoch .. RecordCount (after BatchLength)
 _ZSTD_LEVEL = 3
-
-
-def _varint(n: int) -> bytes:
-    """Zigzag varint (Kafka's record fields)."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        b = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _record(delta: int, marker: bool) -> bytes:
     body = bytearray(b"\x00")  # attributes
     body += b"\x00"  # timestamp delta 0
-    body += _varint(delta)
+    body += encode_varint(delta)
     body += b"\x01"  # key length -1 (null)
     body += b"\x01"  # value length -1 (null)
     if marker:
         name = FILLER_HEADER.encode()
-        body += _varint(1) + _varint(len(name)) + name + _varint(-1)  # one header, null value
+        body += (
+            encode_varint(1) + encode_varint(len(name)) + name + encode_varint(-1)
+        )  # one header, null value
     else:
         body += b"\x00"  # no headers
-    return _varint(len(body)) + bytes(body)
+    return encode_varint(len(body)) + bytes(body)
 
 
 def filler_batch(count: int, timestamp_ms: int) -> bytes:
@@ -65,24 +51,8 @@ def filler_batch(count: int, timestamp_ms: int) -> bytes:
     writer's rewrite sets it), CreateTime ``timestamp_ms``."""
     if not 1 <= count <= MAX_FILLER_RECORDS:
         raise ValueError(f"filler batch of {count} records (1..{MAX_FILLER_RECORDS})")
-    compressed = _compressed_records(count)
-    tail = _TAIL.pack(
-        0,  # partition leader epoch
-        2,  # magic
-        0,  # crc, set below
-        _ZSTD,  # attributes: zstd, CreateTime, not transactional, not control
-        count - 1,  # last offset delta
-        timestamp_ms,
-        timestamp_ms,
-        -1,  # producer id
-        -1,  # producer epoch
-        -1,  # base sequence
-        count,
-    )
-    out = bytearray(struct.pack(">qi", 0, len(tail) + len(compressed)) + tail + compressed)
-    assert len(out) == HEADER_SIZE + len(compressed)
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out))
-    return bytes(out)
+    # attributes: zstd, CreateTime, not transactional, not control
+    return seal(client_header(_ZSTD, count, timestamp_ms), _compressed_records(count), count)
 
 
 @functools.lru_cache(maxsize=4)

@@ -49,7 +49,9 @@ __all__ = [
     "Record",
     "decode_records",
     "decompress",
+    "encode_varint",
     "iter_records",
+    "read_varint",
     "records_section",
 ]
 
@@ -189,7 +191,7 @@ def records_section(batch: Batch) -> bytes:
 # -- record parsing ----------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Zigzag varint at ``pos``: (value, next position). IndexError when cut short."""
     b = buf[pos]
     pos += 1
@@ -208,13 +210,27 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+def encode_varint(n: int) -> bytes:
+    """Zigzag varint of ``n`` (the inverse of ``read_varint``)."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
 def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     n = buf[pos]
     if n < 0x80:  # one-byte length, the common case
         n = (n >> 1) ^ -(n & 1)
         pos += 1
     else:
-        n, pos = _varint(buf, pos)
+        n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     end = pos + n
@@ -240,16 +256,16 @@ def iter_records(batch: Batch) -> Iterator[Record]:
     count = 0
     try:
         while pos < end:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             stop = pos + length
             if length < 0 or stop > end:
                 raise IndexError
             pos += 1  # Attributes: int8, unused
-            ts_delta, pos = _varint(buf, pos)
-            offset_delta, pos = _varint(buf, pos)
+            ts_delta, pos = read_varint(buf, pos)
+            offset_delta, pos = read_varint(buf, pos)
             key, pos = _bytes(buf, pos)
             value, pos = _bytes(buf, pos)
-            n_headers, pos = _varint(buf, pos)
+            n_headers, pos = read_varint(buf, pos)
             headers: list[Header] = []
             for _ in range(n_headers):
                 name, pos = _bytes(buf, pos)

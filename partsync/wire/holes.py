@@ -1,0 +1,175 @@
+"""Compaction holes: offsets a compacted source no longer holds, filled with records a compacted
+local topic cleans away again (issue 17, ``--compaction-holes fill``). Pure byte layer.
+
+A client cannot leave an offset out: Kafka assigns offsets to the records it is sent, and
+refuses a batch whose ``LastOffsetDelta`` is not ``RecordCount - 1`` or that holds no record
+(INVALID_RECORD). A compacted log has both kinds of holes: whole batches cleaned away (between
+batches) and records cleaned away inside a batch that keeps its ``LastOffsetDelta`` (the
+cleaner keeps the batch's offset range; an empty batch is kept where it holds a producer's last
+sequence). So a hole is filled with one *hole record* per missing offset: a tombstone (null
+value) under one reserved key, with a marking header. A compacted local topic keeps only the
+last record of a key, and drops tombstones ``delete.retention.ms`` after cleaning them, so the
+holes it is given are holes again after its own compaction.
+
+Only a batch with inner holes is re-encoded (``fill_inner_holes``): its records section is
+decompressed, a hole record is put at each missing offset delta, and the section is compressed
+again with the batch's own codec. The source's records keep their bytes (their offset and
+timestamp deltas, keys, values and headers), and the header keeps every field but
+``RecordCount``, ``BatchLength`` and the CRC, so record and batch timestamps stay the
+source's. Every other batch stays shallow.
+
+The reserved key reaches consumers until the local compaction removes it: one with a typed key
+deserializer may fail on it, which is why the key is a parameter.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import lz4.frame
+import snappy
+import zstandard
+
+from partsync.errors import UnsafeError
+from partsync.wire.batch import Batch, client_header, seal
+from partsync.wire.records import encode_varint, read_varint, records_section
+
+__all__ = [
+    "HOLE_HEADER",
+    "HOLE_KEY",
+    "compress",
+    "fill_inner_holes",
+    "hole_batch",
+    "hole_record",
+    "is_hole",
+    "missing_deltas",
+]
+
+HOLE_KEY = b"__partsync.compaction-hole"
+HOLE_HEADER = "partsync-hole"
+
+# Java's SnappyOutputStream (xerial framing, what Kafka's clients write and read).
+_XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_ZSTD_LEVEL = 3
+
+
+def hole_record(offset_delta: int, timestamp_delta: int, key: bytes = HOLE_KEY) -> bytes:
+    """One hole record (length prefix included): a tombstone under ``key`` with the header
+    ``partsync-hole`` (null value), at ``offset_delta`` of its batch."""
+    name = HOLE_HEADER.encode()
+    body = (
+        b"\x00"  # attributes
+        + encode_varint(timestamp_delta)
+        + encode_varint(offset_delta)
+        + encode_varint(len(key))
+        + key
+        + encode_varint(-1)  # null value: a tombstone
+        + encode_varint(1)
+        + encode_varint(len(name))
+        + name
+        + encode_varint(-1)  # header value null
+    )
+    return encode_varint(len(body)) + body
+
+
+def _split(section: bytes) -> list[tuple[int, int, bytes]]:
+    """(offset delta, timestamp delta, the record's bytes with its length prefix) of each
+    record of a decompressed records section, in order."""
+    out = []
+    pos, end = 0, len(section)
+    while pos < end:
+        start = pos
+        length, pos = read_varint(section, pos)
+        stop = pos + length
+        if length < 0 or stop > end:
+            raise ValueError("record cut short")
+        ts_delta, p = read_varint(section, pos + 1)  # after Attributes
+        offset_delta, _ = read_varint(section, p)
+        out.append((offset_delta, ts_delta, section[start:stop]))
+        pos = stop
+    return out
+
+
+def missing_deltas(batch: Batch) -> list[int]:
+    """The offset deltas in ``0..LastOffsetDelta`` that hold no record (none for a batch as a
+    client writes it; all of them for an empty batch)."""
+    if batch.record_count == batch.last_offset_delta + 1:
+        return []
+    held = {d for d, _ts, _raw in _split(records_section(batch))}
+    return [d for d in range(batch.last_offset_delta + 1) if d not in held]
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """A records section compressed with ``codec`` (attribute bits 0-2) the way Kafka's own
+    clients frame it, so every client can read it: xerial-framed snappy, LZ4 frames with
+    independent 64 KiB blocks (Kafka's LZ4 reader decodes each block on its own)."""
+    if codec == 0:
+        return data
+    if codec == 1:
+        return gzip.compress(data, mtime=0)
+    if codec == 2:
+        out = bytearray(_XERIAL_HEADER)
+        for i in range(0, len(data), _XERIAL_BLOCK):
+            block = snappy.compress(data[i : i + _XERIAL_BLOCK])
+            out += struct.pack(">i", len(block)) + block
+        return bytes(out)
+    if codec == 3:
+        return bytes(
+            lz4.frame.compress(
+                data,
+                block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                block_linked=False,
+                content_checksum=False,
+                store_size=False,
+            )
+        )
+    if codec == 4:
+        return bytes(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def fill_inner_holes(batch: Batch, key: bytes = HOLE_KEY) -> bytes | None:
+    """``batch`` with a hole record at every offset delta it lacks (None when it lacks none),
+    compressed again with its codec. A hole record takes the timestamp delta of the source
+    record before it (of the first record for holes at the start, 0 in an empty batch), so
+    the batch's records stay in time order and its timestamps stay within the header's."""
+    if batch.record_count == batch.last_offset_delta + 1:
+        return None
+    if batch.is_control:
+        raise UnsafeError(
+            f"control batch {batch.base_offset}..{batch.last_offset} lacks its record; a client "
+            "cannot write a control batch, so the hole cannot be filled this way",
+            offset=batch.base_offset,
+        )
+    records = _split(records_section(batch))
+    by_delta = {d: (ts, raw) for d, ts, raw in records}
+    ts = records[0][1] if records else 0
+    parts = []
+    for delta in range(batch.last_offset_delta + 1):
+        held = by_delta.get(delta)
+        if held is None:
+            parts.append(hole_record(delta, ts, key))
+        else:
+            ts = held[0]
+            parts.append(held[1])
+    codec = batch.attributes & 0x07
+    return seal(batch.data, compress(codec, b"".join(parts)), len(parts))
+
+
+def hole_batch(count: int, timestamp_ms: int, key: bytes = HOLE_KEY, codec: int = 4) -> bytes:
+    """A batch of ``count`` hole records at base offset 0 (for a hole between batches), no
+    producer identity (the writer's rewrite sets it), CreateTime ``timestamp_ms``."""
+    if count < 1:
+        raise ValueError(f"a hole batch holds at least one record, not {count}")
+    section = b"".join(hole_record(d, 0, key) for d in range(count))
+    # attributes: the codec, CreateTime, not transactional, not control
+    return seal(client_header(codec, count, timestamp_ms), compress(codec, section), count)
+
+
+def is_hole(key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...],
+            hole_key: bytes = HOLE_KEY) -> bool:  # fmt: skip
+    """Whether a record is a hole record (``diff --level record`` treats it as the hole it
+    fills)."""
+    return key == hole_key and value is None and any(n == HOLE_HEADER for n, _v in headers)

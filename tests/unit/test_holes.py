@@ -1,0 +1,111 @@
+"""Compaction holes (``partsync.wire.holes``): hole records with golden bytes, batches with
+inner holes re-encoded with every codec (the source's records and header kept, a hole record
+at each missing offset), empty batches, and hole batches for holes between batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from partsync.errors import UnsafeError
+from partsync.wire.batch import Batch, client_header, seal
+from partsync.wire.holes import (
+    HOLE_HEADER,
+    fill_inner_holes,
+    hole_batch,
+    hole_record,
+    is_hole,
+    missing_deltas,
+)
+from partsync.wire.records import decode_records, read_varint
+from tests.unit.test_batch import TS, build, parse
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def test_a_hole_record_is_a_keyed_tombstone_with_the_marking_header() -> None:
+    # length 22 | attributes 0 | timestamp delta 5 | offset delta 3 | key "k" | value null |
+    # one header "partsync-hole" with a null value (zigzag varints throughout).
+    assert hole_record(3, 5, b"k") == b"\x2c\x00\x0a\x06\x02k\x01\x02\x1apartsync-hole\x01"
+    assert HOLE_HEADER == "partsync-hole"
+    length, pos = read_varint(hole_record(300, -1, b"key" * 50), 0)
+    assert length == len(hole_record(300, -1, b"key" * 50)) - pos
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_a_batch_with_inner_holes_gets_a_hole_record_at_each_missing_offset(codec: str) -> None:
+    source = parse(build(4, base_offset=1000, codec=codec, offsets=[0, 2, 3, 7],
+                         producer=(42, 3, 17)))  # fmt: skip
+    assert missing_deltas(source) == [1, 4, 5, 6]
+    out = fill_inner_holes(source, key=b"hole")
+    assert out is not None
+    filled = Batch.parse(memoryview(out))
+    filled.verify_crc()
+    assert (filled.record_count, filled.last_offset_delta) == (8, 7)
+    assert missing_deltas(filled) == []
+    # Every header field is the source's but the count, the length and the CRC.
+    for name in ("base_offset", "attributes", "base_timestamp", "max_timestamp", "producer_id",
+                 "producer_epoch", "base_sequence", "partition_leader_epoch"):  # fmt: skip
+        assert getattr(filled, name) == getattr(source, name), name
+    kept = {r.offset: r for r in decode_records(source)}
+    records = decode_records(filled)
+    assert [r.offset for r in records] == list(range(1000, 1008))
+    for r in records:
+        if r.offset in kept:
+            assert r == kept[r.offset]  # key, value, headers and timestamp as the source's
+        else:
+            assert is_hole(r.key, r.value, r.headers, hole_key=b"hole"), r
+            assert not is_hole(r.key, r.value, r.headers)  # another reserved key
+            # The timestamp of the source record before it: the batch stays in time order.
+            before = max(o for o in kept if o < r.offset)
+            assert r.timestamp == kept[before].timestamp
+    assert records[0].timestamp == TS  # build() stamps record i at TS + 10 i
+
+
+def test_holes_at_the_start_take_the_first_records_timestamp() -> None:
+    source = parse(build(2, offsets=[2, 3], codec="lz4"))
+    out = fill_inner_holes(source)
+    assert out is not None
+    records = decode_records(Batch.parse(memoryview(out)))
+    assert [is_hole(r.key, r.value, r.headers) for r in records] == [True, True, False, False]
+    assert records[0].timestamp == records[1].timestamp == records[2].timestamp
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_an_empty_batch_the_cleaner_kept_becomes_all_hole_records(codec: str) -> None:
+    from partsync.wire.holes import compress
+
+    empty = seal(client_header(CODECS[codec], 5, TS), compress(CODECS[codec], b""), 0)
+    source = Batch.parse(memoryview(empty))
+    assert (source.record_count, source.last_offset_delta) == (0, 4)
+    assert missing_deltas(source) == [0, 1, 2, 3, 4]
+    out = fill_inner_holes(source)
+    assert out is not None
+    records = decode_records(Batch.parse(memoryview(out)))
+    assert len(records) == 5 and all(is_hole(r.key, r.value, r.headers) for r in records)
+    assert {r.timestamp for r in records} == {TS}
+
+
+def test_a_batch_without_holes_is_left_alone() -> None:
+    source = parse(build(5, codec="gzip"))
+    assert missing_deltas(source) == []
+    assert fill_inner_holes(source) is None
+
+
+def test_a_control_batch_missing_its_record_is_refused() -> None:
+    empty = seal(client_header(0x20, 1, TS), b"", 0)  # the control bit, no record
+    with pytest.raises(UnsafeError, match="control batch 0..0 lacks its record"):
+        fill_inner_holes(Batch.parse(memoryview(empty)))
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_a_hole_batch_fills_a_hole_between_batches(codec: str) -> None:
+    batch = Batch.parse(memoryview(hole_batch(300, TS + 5, key=b"k", codec=CODECS[codec])))
+    batch.verify_crc()
+    assert (batch.base_offset, batch.record_count, batch.last_offset_delta) == (0, 300, 299)
+    assert (batch.base_timestamp, batch.max_timestamp, batch.codec) == (TS + 5, TS + 5, codec)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (-1, -1, -1)
+    records = decode_records(batch)
+    assert [r.offset for r in records] == list(range(300))
+    assert all(is_hole(r.key, r.value, r.headers, hole_key=b"k") for r in records)
+    with pytest.raises(ValueError):
+        hole_batch(0, TS)
