@@ -35,6 +35,7 @@ from partsync._kafka import (
     broker_error,
     error_name,
 )
+from partsync.copy.boundary import differs_at
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.fetcher import END, Piece
 from partsync.copy.producer import ProducerSession
@@ -51,6 +52,7 @@ from partsync.errors import (
 from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
+from partsync.wire.holes import fill_inner_holes, hole_batch
 
 __all__ = ["Sender", "append_in_order", "check_next", "finish"]
 
@@ -70,6 +72,7 @@ class _Sent:
     future: ProduceFuture
     at: float  # time.monotonic() when submitted
     filler: bool = False  # a filler batch of a bootstrap: not the source's data, not counted
+    holes: int = 0  # hole records in it (--compaction-holes fill)
 
 
 def append_in_order(
@@ -106,15 +109,23 @@ def append_in_order(
                 for b in item:  # the batches of one fetch answer, in order
                     if first:
                         first = False
-                        _check_agreement(source, stream.boundary or carried, last, last_source)
+                        _check_agreement(ctx, source, stream.boundary or carried, last, last_source)
                         carried = None
                     if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
                         # The mirror starts at the sources' log start: fill up to this batch,
                         # then move the local log start past the fillers, before the first
                         # copied batch.
                         expected = _fill(ctx, sender, expected, b.base_offset)
-                    check_next(ctx, b, expected, source)
-                    sender.send(b, source)
+                    elif ctx.opts.fill_holes and b.base_offset > expected:
+                        # Stamped as the record before the hole: a lookup by time finds the
+                        # same offset as on the source (the hole's records are never later).
+                        stamp = last.max_timestamp if last is not None else -1
+                        stamp = stamp if stamp >= 0 else b.base_timestamp
+                        expected = _fill_holes(ctx, sender, expected, b.base_offset, source,
+                                               stamp)  # fmt: skip
+                    out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
+                    check_next(ctx, out, expected, source)
+                    sender.send(out, source, size=b.size, holes=holes)
                     start = ctx.plan.copy_start
                     if ctx.plan.bootstrap and b.base_offset < start <= b.last_offset:
                         # The first copied batch begins below the sources' log start: once it
@@ -178,6 +189,7 @@ class _Next:
     size: int
     source: str
     filler: bool
+    holes: int
 
 
 class Sender:
@@ -240,14 +252,24 @@ class Sender:
                 raise err
         self.ctx.check_running()  # a staged batch dropped because the copy stopped
 
-    def send(self, b: Batch, source: str, *, at: int | None = None, filler: bool = False) -> None:
-        """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied)."""
+    def send(
+        self,
+        b: Batch,
+        source: str,
+        *,
+        at: int | None = None,
+        filler: bool = False,
+        size: int | None = None,
+        holes: int = 0,
+    ) -> None:
+        """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied;
+        a batch re-encoded with ``holes`` hole records counts as the ``size`` fetched)."""
         self.ctx.check_running()
         data = rewrite_parts(b, self.pid, self.epoch, self.sequence)  # views, not copies
         self.sequence = (self.sequence + b.record_count) & 0x7FFFFFFF
         base = b.base_offset if at is None else at
-        size = 0 if filler else b.size  # fillers hold no budget
-        nxt = _Next(data, base, base + b.last_offset_delta + 1, size, source, filler)
+        size = 0 if filler else b.size if size is None else size  # fillers hold no budget
+        nxt = _Next(data, base, base + b.last_offset_delta + 1, size, source, filler, holes)
         with self._cv:
             if self._in_flight:
                 self._staged.append(nxt)  # the answers' checks submit it in turn
@@ -267,7 +289,7 @@ class Sender:
         answer's check, which takes it, while holding its own lock)."""
         fut = self.writer.submit(self.ctx.topic, self.ctx.partition, nxt.data, self._drop_unsent)
         sent = _Sent(nxt.base, nxt.next_offset, nxt.size, nxt.source, fut, time.monotonic(),
-                     nxt.filler)  # fmt: skip
+                     nxt.filler, nxt.holes)  # fmt: skip
         with self._cv:
             self.outstanding = sent
             self._cv.notify_all()
@@ -375,13 +397,52 @@ def _fill(ctx: CopyContext, sender: Sender, start: int, to: int) -> int:
     return expected
 
 
-def _check_agreement(source: str, b: Batch | None, last: Batch | None, last_source: str) -> None:
+def _needs_compacted(ctx: CopyContext, offset: int, source: str) -> None:
+    if not ctx.rules.compacted:
+        raise UnsafeError(
+            f"offset {offset} is a compaction hole in {source}'s log; --compaction-holes fill "
+            "needs a compacted local topic (cleanup.policy has compact), whose compaction "
+            "removes the hole records again; nothing written for it",
+            cluster=ctx.local.name, offset=offset,
+        )  # fmt: skip
+
+
+def _fill_holes(
+    ctx: CopyContext, sender: Sender, start: int, to: int, source: str, stamp: int
+) -> int:
+    """Append hole records over ``[start, to)``, a compaction hole between two of ``source``'s
+    batches (``wire.holes``), timestamped ``stamp``; each batch verified like a copied one.
+    Returns ``to``."""
+    _needs_compacted(ctx, start, source)
+    expected = start
+    while expected < to:
+        n = min(ctx.opts.filler_records, to - expected)
+        batch = Batch.parse(memoryview(hole_batch(n, stamp, ctx.opts.hole_key)))
+        sender.send(batch, ctx.local.name, at=expected, filler=True, holes=n)
+        expected += n
+    return expected
+
+
+def _holes_filled(ctx: CopyContext, b: Batch, source: str) -> tuple[Batch, int]:
+    """``b``, or where compaction left holes inside it, ``b`` re-encoded with a hole record
+    at each (and how many)."""
+    if not b.has_holes or b.is_control:
+        return b, 0  # a control batch is refused as it is (check_next)
+    _needs_compacted(ctx, b.base_offset, source)
+    filled = fill_inner_holes(b, ctx.opts.hole_key)
+    assert filled is not None
+    return Batch.parse(memoryview(filled)), b.last_offset_delta + 1 - b.record_count
+
+
+def _check_agreement(
+    ctx: CopyContext, source: str, b: Batch | None, last: Batch | None, last_source: str
+) -> None:
     """Before using a piece's source, its copy of the previous batch must equal ours (for a
     piece after the first of a chunk: the batch straddling the cut, which came in the piece
     before). ``b`` is ``source``'s batch just below the piece."""
     if b is None or last is None:
         return
-    if b.base_offset != last.base_offset or b.digest() != last.digest():
+    if differs_at(ctx, b, last, last.last_offset) is not None:
         raise DivergenceError(
             f"sources disagree: {source}'s batch {b.base_offset}..{b.last_offset} "
             f"differs from {last_source}'s batch {last.base_offset}..{last.last_offset} already "
@@ -469,5 +530,7 @@ def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> bool:
         ctx.confirmed_end = nxt
     else:
         ctx.confirmed(sent.source, sent.size, nxt)
+        ctx.batches_reencoded += sent.holes > 0
+    ctx.holes_filled += sent.holes
     ctx.budget.release(sent.size)
     return True

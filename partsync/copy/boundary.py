@@ -10,12 +10,31 @@ from partsync.io.reader import batch_at
 from partsync.plan.comparator import RECREATED_HINT, Bounds, earliest_held
 from partsync.wire.batch import Batch
 from partsync.wire.filler import is_filler
+from partsync.wire.holes import disagreement, holds_hole_records
 
-__all__ = ["check_local_boundary", "check_sources_agree", "local_for_plan", "trim_bootstrap_head"]
+__all__ = [
+    "check_local_boundary",
+    "check_sources_agree",
+    "differs_at",
+    "local_for_plan",
+    "trim_bootstrap_head",
+]
 
 # How far below the sources' log start the local log may start for its first batch to be worth
 # a look (one fetch): a mirror's first batch holds far fewer records.
 _FIRST_BATCH_SPAN = 1_000_000
+
+
+def differs_at(ctx: CopyContext, a: Batch, b: Batch, offset: int) -> int | None:
+    """Where two clusters' batches holding ``offset`` disagree (None: they agree). Byte for
+    byte, unless compaction holes are filled: then copies of a compacted log agree where every
+    offset both hold a record at has the same record (``wire.holes.disagreement``), and a
+    copy that lost the batch holding ``offset`` has nothing to compare."""
+    if not ctx.opts.fill_holes:
+        return offset if a.base_offset != b.base_offset or a.digest() != b.digest() else None
+    if not (a.base_offset <= offset <= a.last_offset and b.base_offset <= offset <= b.last_offset):
+        return None
+    return disagreement(a, b, ctx.opts.hole_key)
 
 
 def _batch_on(ctx: CopyContext, name: str, offset: int) -> Batch:
@@ -43,12 +62,12 @@ def check_sources_agree(ctx: CopyContext) -> None:
         b = _batch_on(ctx, name, common)
         if ref is None:
             ref = b
-        elif b.base_offset != ref.base_offset or b.digest() != ref.digest():
+        elif (at := differs_at(ctx, b, ref, common)) is not None:
             raise DivergenceError(
                 f"sources disagree: {name}'s batch {b.base_offset}..{b.last_offset} differs from "
-                f"{ref_name}'s batch {ref.base_offset}..{ref.last_offset} at offset {common}; "
+                f"{ref_name}'s batch {ref.base_offset}..{ref.last_offset} at offset {at}; "
                 "refusing to copy from sources that disagree",
-                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=common,
+                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=at,
             )  # fmt: skip
 
 
@@ -78,12 +97,16 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
             continue  # that source no longer has it: nothing to compare
         compared = True
         theirs = _batch_on(ctx, name, local_end - 1)
-        if theirs.digest() != mine.digest():
+        if (at := differs_at(ctx, mine, theirs, local_end - 1)) is not None:
+            hint = RECREATED_HINT
+            if not ctx.opts.fill_holes and holds_hole_records(mine):
+                hint = ("the local batch holds hole records of an earlier run with "
+                        "--compaction-holes fill: run with it again")  # fmt: skip
             raise DivergenceError(
                 f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "
                 f"differs from {name}'s batch {theirs.base_offset}..{theirs.last_offset} that "
-                f"holds offset {local_end - 1} ({RECREATED_HINT})",
-                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
+                f"holds offset {local_end - 1} (first difference at {at}; {hint})",
+                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=at,
             )  # fmt: skip
     if not compared:
         # Retention moved every serving source's log start to the local end: the copy

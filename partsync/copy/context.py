@@ -85,6 +85,10 @@ class CopyContext:
         # The first and last offsets of copied batches already past the local topic's time
         # retention (``LocalTopicRules.expires``): told in the result's notes.
         self.expired: tuple[int, int] | None = None
+        # --compaction-holes fill: offsets given hole records, and source batches re-encoded
+        # to hold them (counted as sent; a failed copy's result may count one not landed).
+        self.holes_filled = 0
+        self.batches_reencoded = 0
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be
         # in the log, and if the next round finds the log ending exactly there, it was ours.
         self.unconfirmed_end: int | None = None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from partsync.wire.holes import HOLE_KEY
+
 __all__ = ["PARALLELISM", "CopyOptions"]
 
 # Copy rounds at once by default. More partitions per Fetch and Produce request: at 128
@@ -37,6 +39,11 @@ class CopyOptions:
     fencing_renew_s: float = 3600.0
     # Records per filler batch when a mirror starts at its sources' log start (copy.appender).
     filler_records: int = 500_000
+    # Offsets a compacted source no longer holds: "refuse" (the copy stops there, unsafe) or
+    # "fill" (hole records at exactly those offsets, see ``wire.holes``; the local topic must
+    # be compacted), under ``hole_key``.
+    compaction_holes: str = "refuse"
+    hole_key: bytes = HOLE_KEY
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:
@@ -47,6 +54,14 @@ class CopyOptions:
             raise ValueError("connections_per_broker must be at least 1")
         if self.fetches_in_flight < 1:
             raise ValueError("fetches_in_flight must be at least 1")
+        if self.compaction_holes not in ("refuse", "fill"):
+            raise ValueError("compaction_holes must be 'refuse' or 'fill'")
+        if not self.hole_key:
+            raise ValueError("hole_key must not be empty")
+
+    @property
+    def fill_holes(self) -> bool:
+        return self.compaction_holes == "fill"
 
     @property
     def fetch_bytes(self) -> int:

@@ -128,6 +128,8 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
         batches_by_source=dict(ctx.batches_by_source),
         seconds=time.monotonic() - started,
         peak_buffered_bytes=ctx.budget.peak,
+        holes_filled=ctx.holes_filled,
+        batches_reencoded=ctx.batches_reencoded,
         notes=tuple(notes),
         unconfirmed_end=ctx.unconfirmed_end if ctx.error is not None else None,
     )

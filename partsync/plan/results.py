@@ -47,6 +47,9 @@ class PartitionResult:
     error: PartsyncError | None = None
     seconds: float = 0.0
     peak_buffered_bytes: int = 0
+    # --compaction-holes fill: offsets given hole records, source batches re-encoded for them.
+    holes_filled: int = 0
+    batches_reencoded: int = 0
     # Facts worth knowing about a successful copy, e.g. a check that could not be made.
     notes: tuple[str, ...] = ()
     # Where the log would end if this round's last, unanswered append landed (not in JSON).
@@ -78,6 +81,8 @@ class PartitionResult:
             "batches_by_source": dict(self.batches_by_source),
             "reason": self.reason,
             "notes": list(self.notes),
+            "holes_filled": self.holes_filled,
+            "batches_reencoded": self.batches_reencoded,
             "seconds": round(self.seconds, 3),
         }
 

@@ -223,6 +223,8 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
         bytes_by_source=by_source,
         seconds=first.seconds + retry.seconds,
         peak_buffered_bytes=max(first.peak_buffered_bytes, retry.peak_buffered_bytes),
+        holes_filled=first.holes_filled + retry.holes_filled,
+        batches_reencoded=first.batches_reencoded + retry.batches_reencoded,
         notes=tuple(dict.fromkeys((*first.notes, *retry.notes))),
     )
     if retry.status is not Status.IN_SYNC:

@@ -265,6 +265,26 @@ def plan(
     "max.message.bytes is small).",
 )
 @click.option(
+    "--compaction-holes",
+    type=click.Choice(["refuse", "fill"]),
+    default=CopyOptions().compaction_holes,
+    show_default=True,
+    help="Offsets a compacted source no longer holds (records or whole batches the log "
+    "cleaner removed): refuse the partition there (exit 3, nothing written past the hole), or "
+    "fill them with hole records (tombstones under --hole-key with a 'partsync-hole' header) "
+    "at exactly those offsets, which the compacted local topic's own cleaning removes again. "
+    "Only a batch with holes inside is re-encoded (same codec and timestamps); every other "
+    "batch stays shallow. Needs a compacted local topic.",
+)
+@click.option(
+    "--hole-key",
+    default=CopyOptions().hole_key.decode(),
+    show_default=True,
+    metavar="KEY",
+    help="The key of hole records (--compaction-holes fill). Consumers read them until the "
+    "local topic's compaction removes them: pick a key their key deserializer accepts.",
+)
+@click.option(
     "--fencing-renew",
     type=click.FloatRange(min=1),
     default=CopyOptions().fencing_renew_s,
@@ -321,6 +341,8 @@ def sync(
     metrics_host: str,
     replication_wait: float,
     filler_records: int,
+    compaction_holes: str,
+    hole_key: str,
     fencing_renew: float,
     fencing: bool,
 ) -> None:
@@ -368,6 +390,8 @@ def sync(
         raise UsageError("--group and --no-group contradict each other")
     if metrics_file:
         _check_writable(metrics_file)
+    if not hole_key:
+        raise UsageError("--hole-key: the key of hole records cannot be empty")
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
         memory_budget=memory_budget,
@@ -377,6 +401,8 @@ def sync(
         fencing=fencing,
         fencing_renew_s=fencing_renew,
         filler_records=filler_records,
+        compaction_holes=compaction_holes,
+        hole_key=hole_key.encode(),
     )
     req = build_request(
         ctx, TopicArgs(topics, topic_patterns, excludes), sources, local, partitions,

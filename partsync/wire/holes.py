@@ -33,13 +33,15 @@ import zstandard
 
 from partsync.errors import UnsafeError
 from partsync.wire.batch import Batch, client_header, seal
-from partsync.wire.records import encode_varint, read_varint, records_section
+from partsync.wire.records import encode_varint, iter_records, read_varint, records_section
 
 __all__ = [
     "HOLE_HEADER",
     "HOLE_KEY",
     "compress",
+    "disagreement",
     "fill_inner_holes",
+    "holds_hole_records",
     "hole_batch",
     "hole_record",
     "is_hole",
@@ -173,3 +175,35 @@ def is_hole(key: bytes | None, value: bytes | None, headers: tuple[tuple[str, by
     """Whether a record is a hole record (``diff --level record`` treats it as the hole it
     fills)."""
     return key == hole_key and value is None and any(n == HOLE_HEADER for n, _v in headers)
+
+
+def disagreement(a: Batch, b: Batch, hole_key: bytes = HOLE_KEY) -> int | None:
+    """The first offset where two copies of one batch hold different records, compaction
+    aside (None where they agree). Copies of a compacted log lose different records as each
+    cluster cleans its own, and a mirror holds hole records where its source had lost them,
+    so only offsets where both hold a record (not a hole record) are compared; the batches
+    must end at the same offset (the cleaner keeps a batch's last offset). A difference in the
+    last offset is reported at the lower one."""
+    if a.last_offset != b.last_offset:
+        return min(a.last_offset, b.last_offset)
+    if a.digest() == b.digest():
+        return None
+    theirs = {
+        r.offset: r for r in iter_records(b) if not is_hole(r.key, r.value, r.headers, hole_key)
+    }
+    for r in iter_records(a):
+        other = theirs.get(r.offset)
+        if other is not None and other != r and not is_hole(r.key, r.value, r.headers, hole_key):
+            return r.offset
+    return None
+
+
+def holds_hole_records(batch: Batch) -> bool:
+    """Whether ``batch`` holds a hole record under any key (one a mirror re-encoded or
+    appended to fill compaction holes)."""
+    if batch.is_control:
+        return False
+    return any(
+        r.value is None and any(n == HOLE_HEADER for n, _v in r.headers)
+        for r in iter_records(batch)
+    )

@@ -270,11 +270,12 @@ REPORT_KEYS = {"topics", "seconds", "stopped"}
 # the error that ended the run.
 OPTIONAL_REPORT_KEYS = {"group", "group_offsets", "error"}
 # "unreachable" (sources that did not answer) came with issue 13; a partition's "seconds" with
-# issue 15.
+# issue 15, "holes_filled" and "batches_reencoded" with issue 17.
 TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
     "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes", "seconds",
+    "holes_filled", "batches_reencoded",
 }  # fmt: skip
 # "handed-over" came with group ownership and fencing (issue 5).
 # "stopped" replaced "error" for partitions a deadline or signal stopped (issue 13).
@@ -312,6 +313,8 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
                 "target_end",
                 "batches",
                 "bytes",
+                "holes_filled",
+                "batches_reencoded",
             ):
                 assert _is_int(p[k]), (k, p)
             assert p["status"] in STATUSES, p

@@ -109,3 +109,38 @@ def test_a_hole_batch_fills_a_hole_between_batches(codec: str) -> None:
     assert all(is_hole(r.key, r.value, r.headers, hole_key=b"k") for r in records)
     with pytest.raises(ValueError):
         hole_batch(0, TS)
+
+
+def _compacted(raw: bytes, drop: set[int]) -> Batch:
+    """``raw`` as a cleaner leaves it: the records at offset deltas ``drop`` removed, its
+    last offset kept."""
+    from partsync.wire.holes import _split, compress
+    from partsync.wire.records import records_section
+
+    batch = Batch.parse(memoryview(raw))
+    kept = [rec for d, _ts, rec in _split(records_section(batch)) if d not in drop]
+    return Batch.parse(memoryview(seal(batch.data, compress(batch.attributes & 7, b"".join(kept)),
+                                       len(kept))))  # fmt: skip
+
+
+def test_copies_of_a_batch_compacted_differently_agree() -> None:
+    from partsync.wire.holes import disagreement
+
+    full = build(8, base_offset=50, codec="lz4")
+    a, b = _compacted(full, {1, 2}), _compacted(full, {2, 5, 6})
+    assert disagreement(a, b) is None and disagreement(b, a) is None
+    filled = fill_inner_holes(a)  # the mirror's copy of a: hole records at 51 and 52
+    assert filled is not None
+    mirror = Batch.parse(memoryview(filled))
+    assert disagreement(mirror, b) is None and disagreement(b, mirror) is None
+    assert disagreement(mirror, parse(full)) is None  # a source that has not cleaned yet
+
+
+def test_a_record_that_differs_where_both_hold_one_is_a_disagreement() -> None:
+    from partsync.wire.holes import disagreement
+
+    a = _compacted(build(8, base_offset=50, codec="zstd"), {1})
+    other = _compacted(build(8, base_offset=50, codec="zstd", value_size=48), {2})
+    assert disagreement(a, other) == 50  # offset 50: both hold it, with different values
+    shorter = parse(build(7, base_offset=50))
+    assert disagreement(a, shorter) == 56  # the batches end apart
