@@ -12,6 +12,7 @@ from partsync.config import ClusterRef
 from partsync.errors import ExitStatus, UsageError
 from partsync.plan.comparator import Bounds
 from partsync.wire.digest import DEFAULT_CHUNK_OFFSETS
+from partsync.wire.holes import HOLE_KEY
 
 __all__ = [
     "DiffOptions",
@@ -53,6 +54,9 @@ class DiffOptions:
     ``fetch_bytes``: max bytes per fetch (noida ignores it). ``prefetch_chunks``: chunks each
     cluster's reader may digest ahead of the comparison (the memory bound per cluster).
     ``within``: compare only ``[a, b)`` of the common range (for engines that split partitions).
+    ``compaction_holes``: compare as a mirror made with ``sync --compaction-holes fill`` holds
+    the data (hole records under ``hole_key`` stand for the offsets compaction removed;
+    ``filler_records`` per hole batch, as the sync used).
     """
 
     level: Level = Level.BATCH
@@ -61,6 +65,9 @@ class DiffOptions:
     fetch_wait_ms: int = _PROBE_WAIT_MS
     prefetch_chunks: int = 2
     within: tuple[int, int] | None = None
+    compaction_holes: bool = False
+    hole_key: bytes = HOLE_KEY
+    filler_records: int = 500_000
 
     def __post_init__(self) -> None:
         if self.chunk_offsets < 1:
@@ -102,6 +109,9 @@ class PartitionDiff:
     chunks: int = 0
     bytes_read: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # With compaction_holes: per cluster, the hole records compared as holes (record level) or
+    # the batches compared as filled (batch level: re-encoded or hole batches).
+    holes: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +134,7 @@ class PartitionDiff:
             "chunks_compared": self.chunks,
             "bytes_read": dict(self.bytes_read),
             "seconds": round(self.seconds, 3),
+            "holes": dict(self.holes),
         }
 
 
@@ -228,8 +239,12 @@ def merge_slices(slices: Sequence[PartitionDiff]) -> PartitionDiff:
     if chosen is None:
         chosen = next((d for d in ordered if d.status is DiffStatus.DIVERGENT), first)
     read: dict[str, int] = {}
+    holes: dict[str, int] = {}
     for d in slices:
         for n, k in d.bytes_read.items():
             read[n] = read.get(n, 0) + k
+        for n, k in d.holes.items():
+            holes[n] = holes.get(n, 0) + k
     return replace(chosen, common_range=first.common_range, chunks=sum(d.chunks for d in slices),
-                   bytes_read=read, seconds=sum(d.seconds for d in slices))  # fmt: skip
+                   bytes_read=read, seconds=sum(d.seconds for d in slices),
+                   holes=holes)  # fmt: skip

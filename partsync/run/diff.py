@@ -60,6 +60,7 @@ from partsync.wire.digest import (
     record_unit,
 )
 from partsync.wire.digest import compare_chunks as _compare_chunks
+from partsync.wire.holes import as_filled, is_hole
 from partsync.wire.records import Record, iter_records
 
 __all__ = ["DiffJob", "DiffRunner", "diff_partition", "diff_topics"]
@@ -73,10 +74,15 @@ _OTHER_ATTRIBUTES = 0xFFC0
 # -- reading one cluster's range -------------------------------------------------------------
 
 
-def _records_in(batches: Iterator[Batch], start: int, end: int) -> Iterator[Record]:
+def _records_in(
+    batches: Iterator[Batch], start: int, end: int, opts: DiffOptions, holes: list[int]
+) -> Iterator[Record]:
     for b in batches:
         for r in iter_records(b):
             if start <= r.offset < end:
+                if opts.compaction_holes and is_hole(r.key, r.value, r.headers, opts.hole_key):
+                    holes[0] += 1  # compared as the hole it fills
+                    continue
                 yield r
 
 
@@ -88,6 +94,7 @@ def _chunk_stream(
     end: int,
     opts: DiffOptions,
     counter: list[int],
+    holes: list[int],
 ) -> Iterator[ChunkDigest]:
     """One cluster's range as chunk digests, over a dedicated connection to the leader."""
     conn = cluster.connect_leader(topic, partition)
@@ -96,9 +103,11 @@ def _chunk_stream(
                                fetch_bytes=opts.fetch_bytes, wait_ms=opts.fetch_wait_ms,
                                counter=counter)  # fmt: skip
         if opts.level is Level.BATCH:
+            if opts.compaction_holes:
+                batches = as_filled(batches, start, opts.hole_key, opts.filler_records, holes)
             units = (batch_unit(b) for b in batches)
         else:
-            units = (record_unit(r) for r in _records_in(batches, start, end))
+            units = (record_unit(r) for r in _records_in(batches, start, end, opts, holes))
         try:
             yield from iter_chunks(units, opts.chunk_offsets, start=start)
         except CorruptBatchError as e:
@@ -324,6 +333,7 @@ def _diff_once(
     names = [c.name for c in clusters]
     result = PartitionDiff(topic, partition, DiffStatus.ERROR, options.level, dict.fromkeys(names))
     counters: dict[str, list[int]] = {n: [0] for n in names}
+    holes: dict[str, list[int]] = {n: [0] for n in names}
     try:
         conns = {c.name: pool.get(c) for c in clusters}
         if bounds is None:
@@ -338,7 +348,8 @@ def _diff_once(
         if end > start:
             readers = [
                 _Reader(n, functools.partial(_chunk_stream, c, topic, partition, start, end,
-                                             options, counters[n]), options.prefetch_chunks)
+                                             options, counters[n], holes[n]),
+                        options.prefetch_chunks)
                 for n, c in conns.items()
             ]  # fmt: skip
             try:
@@ -361,7 +372,8 @@ def _diff_once(
             reason = None if status is DiffStatus.IDENTICAL else lag_reason(result.lag)
         return replace(result, status=status, first_divergent_offset=offset,
                        disagreeing=disagreeing, reason=reason, chunks=chunks, bytes_read=read,
-                       seconds=time.monotonic() - started)  # fmt: skip
+                       seconds=time.monotonic() - started,
+                       holes={n: k[0] for n, k in holes.items() if k[0]})  # fmt: skip
     except PartsyncError as e:
         # A broker's error code is an answer, not an unreachable cluster.
         unreachable = (e.cluster,) if type(e) is ClusterError and e.cluster else ()

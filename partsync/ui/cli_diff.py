@@ -16,6 +16,7 @@ from partsync.ui.cli_common import (
     emit_json,
     stderr,
 )
+from partsync.wire.holes import HOLE_KEY
 
 __all__ = ["demo", "diff"]
 
@@ -97,6 +98,23 @@ Exit codes:
     show_default=True,
     help="Partitions compared at the same time.",
 )
+@click.option(
+    "--compaction-holes",
+    type=click.Choice(["refuse", "fill"]),
+    default="refuse",
+    show_default=True,
+    help="fill: compare as a mirror made with sync --compaction-holes fill holds the data. "
+    "At --level record a hole record (a tombstone under --hole-key with a partsync-hole "
+    "header) equals the hole it fills; at --level batch each cluster's compacted batches are "
+    "compared as filled (re-encoded) batches. The report counts them per cluster (holes).",
+)
+@click.option(
+    "--hole-key",
+    default=HOLE_KEY.decode(),
+    show_default=True,
+    metavar="KEY",
+    help="The key of hole records (as given to sync).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option(
     "--html",
@@ -132,6 +150,8 @@ def diff(
     partitions: str | None,
     level: str,
     chunk_offsets: int,
+    compaction_holes: str,
+    hole_key: str,
     parallelism: int,
     as_json: bool,
     html_path: str | None,
@@ -162,11 +182,18 @@ def diff(
         check_files(ref)
     if len(refs) < 2:
         raise UsageError("diff needs at least two clusters")
+    if not hole_key:
+        raise UsageError("--hole-key: the key of hole records cannot be empty")
     req = DiffRequest(
         topics=tuple(dict.fromkeys(topics)),
         clusters=tuple(refs),
         partitions=parse_partitions(partitions),
-        options=DiffOptions(level=Level(level), chunk_offsets=chunk_offsets),
+        options=DiffOptions(
+            level=Level(level),
+            chunk_offsets=chunk_offsets,
+            compaction_holes=compaction_holes == "fill",
+            hole_key=hole_key.encode(),
+        ),
     )
     runner = None
     if engine == "spark":

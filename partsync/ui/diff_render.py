@@ -122,6 +122,15 @@ def diff_notes(report: DiffReport) -> list[str]:
                 who = f" ({', '.join(p.disagreeing)} disagree{'s' if len(p.disagreeing) == 1 else ''})"
                 notes.append(f"{display_status(p)}: topic {p.topic} partition {p.partition}"
                              f"{who if p.disagreeing else ''}: {p.reason}")  # fmt: skip
+            if p.holes:
+                what = (
+                    "hole records compared as the holes they fill"
+                    if p.level.value == "record"
+                    else "batches compared as a mirror with filled holes holds them"
+                )
+                counts = ", ".join(f"{n} {k}" for n, k in p.holes.items())
+                notes.append(f"note: topic {p.topic} partition {p.partition}: {what} "
+                             f"(--compaction-holes fill): {counts}")  # fmt: skip
     return notes
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+from collections.abc import Iterator
 
 import lz4.frame
 import snappy
@@ -38,6 +39,7 @@ from partsync.wire.records import encode_varint, iter_records, read_varint, reco
 __all__ = [
     "HOLE_HEADER",
     "HOLE_KEY",
+    "as_filled",
     "compress",
     "disagreement",
     "fill_inner_holes",
@@ -136,7 +138,10 @@ def fill_inner_holes(batch: Batch, key: bytes = HOLE_KEY) -> bytes | None:
     """``batch`` with a hole record at every offset delta it lacks (None when it lacks none),
     compressed again with its codec. A hole record takes the timestamp delta of the source
     record before it (of the first record for holes at the start, 0 in an empty batch), so
-    the batch's records stay in time order and its timestamps stay within the header's."""
+    the batch's records stay in time order, except the last hole record where the cleaner
+    removed the newest record: it takes the header's MaxTimestamp, since Kafka sets a
+    CreateTime batch's MaxTimestamp to its newest record's on append and the header must stay
+    the source's."""
     if batch.record_count == batch.last_offset_delta + 1:
         return None
     if batch.is_control:
@@ -147,12 +152,16 @@ def fill_inner_holes(batch: Batch, key: bytes = HOLE_KEY) -> bytes | None:
         )
     records = _split(records_section(batch))
     by_delta = {d: (ts, raw) for d, ts, raw in records}
+    newest = max((ts for _d, ts, _raw in records), default=None)
+    top = batch.max_timestamp - batch.base_timestamp  # the header's MaxTimestamp as a delta
+    last_hole = max(d for d in range(batch.last_offset_delta + 1) if d not in by_delta)
     ts = records[0][1] if records else 0
     parts = []
     for delta in range(batch.last_offset_delta + 1):
         held = by_delta.get(delta)
         if held is None:
-            parts.append(hole_record(delta, ts, key))
+            lift = delta == last_hole and (newest is None or newest < top)
+            parts.append(hole_record(delta, top if lift else ts, key))
         else:
             ts = held[0]
             parts.append(held[1])
@@ -207,3 +216,37 @@ def holds_hole_records(batch: Batch) -> bool:
         r.value is None and any(n == HOLE_HEADER for n, _v in r.headers)
         for r in iter_records(batch)
     )
+
+
+def as_filled(
+    batches: Iterator[Batch], start: int, key: bytes = HOLE_KEY, per_batch: int = 500_000,
+    counter: list[int] | None = None,
+) -> Iterator[Batch]:  # fmt: skip
+    """``batches`` (a cluster's from offset ``start``, in order) as a mirror made with
+    ``--compaction-holes fill`` holds them: a gap as hole batches of at most ``per_batch``
+    records stamped like the batch before (``hole_batch``), a batch with holes inside as
+    re-encoded (``fill_inner_holes``), every other batch as it is. ``counter[0]`` counts the
+    batches made. Compression is deterministic for a given library version, so their digests
+    equal the mirror's batches; a gap right at ``start`` is stamped with the next batch's base
+    timestamp (as a copy into an empty partition does; the batch before is not read)."""
+    expected: int | None = start
+    stamp = -1
+    for b in batches:
+        if expected is not None and b.base_offset > expected:
+            at = expected
+            while at < b.base_offset:
+                n = min(per_batch, b.base_offset - at)
+                raw = bytearray(hole_batch(n, stamp if stamp >= 0 else b.base_timestamp, key))
+                struct.pack_into(">q", raw, 0, at)
+                yield Batch.parse(memoryview(bytes(raw)))
+                if counter is not None:
+                    counter[0] += 1
+                at += n
+        filled = None if b.is_control else fill_inner_holes(b, key)
+        if filled is None:
+            yield b
+        else:
+            if counter is not None:
+                counter[0] += 1
+            yield Batch.parse(memoryview(filled))
+        expected, stamp = b.next_offset, b.max_timestamp

@@ -89,6 +89,25 @@ def _assert_filled(clusters: Clusters, topic: str, holes: set[int], key: bytes) 
             assert r == src[offset]
 
 
+def _assert_diff_agrees(
+    psync: Run, topic: str, clusters: str, record_holes: dict[str, int],
+    batch_holes: dict[str, int],
+) -> None:  # fmt: skip
+    """``diff`` sees the hole records as differences unless told they fill compaction holes:
+    then identical at both levels, with the hole records (record level) and the source's
+    batches read as filled (batch level) counted."""
+    plain = psync("diff", "--topic", topic, "--clusters", clusters, "--level", "record", "--json")
+    assert plain.code == 3, plain.stdout + plain.stderr
+    for level, want in (("record", record_holes), ("batch", batch_holes)):
+        r = psync("diff", "--topic", topic, "--clusters", clusters, "--level", level, "--json",
+                  "--compaction-holes", "fill")  # fmt: skip
+        assert r.code == 0, (level, r.stdout + r.stderr)
+        p = r.json["topics"][0]["partitions"][0]
+        assert p["status"] == "identical" and p["holes"] == want, (level, p)
+    text = psync("diff", "--topic", topic, "--clusters", clusters, "--compaction-holes", "fill")
+    assert "compared as a mirror with filled holes holds them" in text.stderr, text.stderr
+
+
 def test_holes_inside_batches_and_empty_batches_are_filled(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
@@ -104,6 +123,7 @@ def test_holes_inside_batches_and_empty_batches_are_filled(
     assert e["status"] == "synced" and e["local_end_after"] == end, e
     assert (e["holes_filled"], e["batches_reencoded"]) == (len(holes), 2), e
     _assert_filled(clusters, topic, holes, HOLE_KEY)
+    _assert_diff_agrees(psync, topic, "a,local", {"local": len(holes)}, {"a": 2})
     # Run again: the local log's last batch is the source's, nothing to do.
     again = psync("sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes",
                   "fill")  # fmt: skip
@@ -211,3 +231,6 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
             assert rec == src[rec[0]]
         else:
             assert rec[3:5] == (HOLE_KEY, None) and (HOLE_HEADER, None) in rec[5], rec
+    # The source's first batch and its empty one re-encoded, the removed one as a hole batch.
+    _assert_diff_agrees(lambda *a: cli("--config", str(config), *a), topic, "a,local",
+                        {"local": removed}, {"a": 3})  # fmt: skip

@@ -144,3 +144,43 @@ def test_a_record_that_differs_where_both_hold_one_is_a_disagreement() -> None:
     assert disagreement(a, other) == 50  # offset 50: both hold it, with different values
     shorter = parse(build(7, base_offset=50))
     assert disagreement(a, shorter) == 56  # the batches end apart
+
+
+def test_a_clusters_batches_read_as_a_filled_mirror_holds_them() -> None:
+    import struct
+
+    from partsync.wire.holes import as_filled
+
+    first = parse(build(3, base_offset=2, codec="zstd"))  # offsets 0, 1: a gap at the start
+    holey = _compacted(build(5, base_offset=5, codec="lz4"), {1, 3})
+    after = parse(build(2, base_offset=20, codec="gzip"))  # 10..19: a gap between batches
+    counter = [0]
+    out = list(as_filled(iter([first, holey, after]), 0, b"k", 4, counter))
+
+    def hole_at(base: int, n: int, stamp: int) -> bytes:
+        raw = bytearray(hole_batch(n, stamp, b"k"))
+        struct.pack_into(">q", raw, 0, base)
+        return Batch.parse(memoryview(bytes(raw))).digest()
+
+    assert [(b.base_offset, b.last_offset) for b in out] == [
+        (0, 1), (2, 4), (5, 9), (10, 13), (14, 17), (18, 19), (20, 21)]  # fmt: skip
+    assert out[0].digest() == hole_at(0, 2, first.base_timestamp)
+    assert out[1] is first and out[6] is after
+    filled = fill_inner_holes(holey, b"k")
+    assert filled is not None and out[2].digest() == Batch.parse(memoryview(filled)).digest()
+    # Stamped like the batch before the gap, in batches of at most 4 (as sync's --filler-records).
+    assert [b.digest() for b in out[3:6]] == [hole_at(10, 4, holey.max_timestamp),
+        hole_at(14, 4, holey.max_timestamp), hole_at(18, 2, holey.max_timestamp)]  # fmt: skip
+    assert counter == [5]
+
+
+def test_the_last_hole_keeps_the_headers_max_timestamp_when_the_newest_record_went() -> None:
+    # Kafka sets a CreateTime batch's MaxTimestamp to its newest record's on append: the
+    # header stays the source's only if a record carries it.
+    source = _compacted(build(5, base_offset=0, codec="snappy"), {1, 4})
+    assert source.max_timestamp == TS + 40
+    out = fill_inner_holes(source)
+    assert out is not None
+    records = decode_records(Batch.parse(memoryview(out)))
+    assert [r.timestamp for r in records] == [TS, TS, TS + 20, TS + 30, TS + 40]
+    assert max(r.timestamp for r in records) == Batch.parse(memoryview(out)).max_timestamp
