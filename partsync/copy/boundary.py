@@ -42,6 +42,17 @@ def _batch_on(ctx: CopyContext, name: str, offset: int) -> Batch:
     return batch_at(ctx.open(cluster), name, ctx.topic, ctx.partition, offset)
 
 
+def _compared_batch(ctx: CopyContext, name: str, offset: int) -> Batch | None:
+    """``name``'s batch holding ``offset``; None where compaction removed it and holes are
+    filled (nothing there to compare; otherwise that is unsafe, as ``batch_at`` says)."""
+    try:
+        return _batch_on(ctx, name, offset)
+    except UnsafeError:
+        if ctx.opts.fill_holes:
+            return None
+        raise
+
+
 def check_sources_agree(ctx: CopyContext) -> None:
     """Serving sources must hold the same batch at the last offset they all have.
 
@@ -59,7 +70,9 @@ def check_sources_agree(ctx: CopyContext) -> None:
         return
     ref_name, ref = serving[0], None
     for name in serving:
-        b = _batch_on(ctx, name, common)
+        b = _compared_batch(ctx, name, common)
+        if b is None:
+            continue
         if ref is None:
             ref = b
         elif (at := differs_at(ctx, b, ref, common)) is not None:
@@ -95,8 +108,10 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
     for name in plan.serving:
         if not plan.sources[name].holds(local_end - 1):
             continue  # that source no longer has it: nothing to compare
+        theirs = _compared_batch(ctx, name, local_end - 1)
+        if theirs is None:
+            continue  # compacted away there: nothing to compare
         compared = True
-        theirs = _batch_on(ctx, name, local_end - 1)
         if (at := differs_at(ctx, mine, theirs, local_end - 1)) is not None:
             hint = RECREATED_HINT
             if not ctx.opts.fill_holes and holds_hole_records(mine):

@@ -39,22 +39,29 @@ Run = Callable[..., CliResult]
 COMPACT = {"cleanup.policy": "compact"}
 
 
-def _holey_source(clusters: Clusters, topic: str, *, tail: bool = True) -> tuple[int, set[int]]:
+def _holey_source(
+    clusters: Clusters,
+    topic: str,
+    *,
+    tail: bool = True,
+    name: str = "a",
+    kept: tuple[int, ...] = (0, 2, 4),
+) -> tuple[int, set[int]]:
     """Source a: 30 records, a batch of five with deltas 1 and 3 cleaned away (offsets 30..34),
     and (``tail``) an empty batch of four (35..38) and 30 records. Returns the end and the hole
     offsets. (Without the tail the log ends in the holey batch: Tansu answers no fetch that
     starts inside an empty batch, where Kafka returns the batch.)"""
-    a = clusters.bootstrap("a")
+    a = clusters.bootstrap(name)
     create_topic(a, topic, 1, COMPACT)
     produce(a, topic, records(30, seed=1, null_keys_every=0), partition=0, compression="lz4")
-    holey = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in (0, 2, 4)], 4)
-    assert produce_raw(clusters["a"], topic, 0, holey) == 30
+    holey = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in kept], 4)
+    assert produce_raw(clusters[name], topic, 0, holey) == 30
     if not tail:
-        assert ends(clusters["a"], topic, 1) == {0: 35}
+        assert ends(clusters[name], topic, 1) == {0: 35}
         return 35, {31, 33}
-    assert produce_raw(clusters["a"], topic, 0, raw_batch([], 3)) == 35
+    assert produce_raw(clusters[name], topic, 0, raw_batch([], 3)) == 35
     produce(a, topic, records(30, seed=2, null_keys_every=0), partition=0, compression="zstd")
-    assert ends(clusters["a"], topic, 1) == {0: 69}
+    assert ends(clusters[name], topic, 1) == {0: 69}
     return 69, {31, 33, 35, 36, 37, 38}
 
 
@@ -157,6 +164,40 @@ def test_a_copy_that_ended_with_a_filled_batch_continues(
     assert second.code == 0, second.stdout + second.stderr
     assert by_partition(second.json, topic)[0]["local_end_after"] == end + 5
     _assert_filled(clusters, topic, holes, b"gap")
+
+
+def test_two_sources_compacted_differently_serve_one_filled_copy(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Sources a and b hold the same log, but b's cleaner has removed one record fewer from
+    the batch at 30..34. Chunks of 5 offsets alternate between them: a serves 30..34, and b's
+    piece from 35 is checked against it, b's copy of that batch differing byte for byte but
+    agreeing record by record where both hold one."""
+    _require_holes_stored(clusters)
+    if clusters.kind("b") not in ("tansu", "noida"):
+        pytest.skip("only the log cleaner makes holes in Kafka")
+    end, holes = _holey_source(clusters, topic)
+    assert _holey_source(clusters, topic, name="b", kept=(0, 2, 3, 4))[0] == end
+    create_topic(clusters.bootstrap("local"), topic, 1, COMPACT)
+    _require_compacted_local(clusters, topic)
+
+    r = psync("sync", "--topic", topic, "--sources", "a,b", "--json", "--chunk-offsets", "5",
+              "--compaction-holes", "fill")  # fmt: skip
+
+    assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "synced" and e["local_end_after"] == end, e
+    assert set(e["bytes_by_source"]) == {"a", "b"}, e
+    assert e["holes_filled"] == len(holes), e  # a's copy of 30..34
+    _assert_filled(clusters, topic, holes, HOLE_KEY)
+    # Without filling, the copy stops at the first hole.
+    other = topic + "-plain"
+    _holey_source(clusters, other)
+    _holey_source(clusters, other, name="b", kept=(0, 2, 3, 4))
+    create_topic(clusters.bootstrap("local"), other, 1, COMPACT)
+    plain = psync("sync", "--topic", other, "--sources", "a,b", "--json", "--chunk-offsets", "5")
+    assert plain.code == 3, plain.stdout + plain.stderr
+    assert by_partition(plain.json, other)[0]["local_end_after"] == 30
 
 
 def test_filling_needs_a_compacted_local_topic(clusters: Clusters, psync: Run, topic: str) -> None:
