@@ -12,6 +12,7 @@ defer_init()
 
 from partsync._kafka.codes import (
     COORDINATOR_RETRY_CODES,
+    ELECTION_CODES,
     FENCED_CODES,
     LEADER_MOVED_CODES,
     REFUSED_RECORD_CODES,
@@ -51,6 +52,7 @@ __all__ = [
     "COORDINATOR_RETRY_CODES",
     "DEBUG_REPLICA",
     "EARLIEST",
+    "ELECTION_CODES",
     "FENCED_CODES",
     "GROUP_KEY",
     "LATEST",

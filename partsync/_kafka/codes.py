@@ -14,6 +14,7 @@ from partsync.errors import BrokerError
 
 __all__ = [
     "COORDINATOR_RETRY_CODES",
+    "ELECTION_CODES",
     "FENCED_CODES",
     "LEADER_MOVED_CODES",
     "REFUSED_RECORD_CODES",
@@ -34,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
@@ -59,6 +61,7 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
@@ -87,6 +90,12 @@ LEADER_MOVED_CODES = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
+# A leader election under way (the leader moved, is not elected yet, or has not caught up its
+# high watermark): Kafka's clients wait these out with fresh metadata.
+ELECTION_CODES = LEADER_MOVED_CODES | {
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.OFFSET_NOT_AVAILABLE,
+}
 
 # The broker refused the batch itself (its timestamps, keys, size or format against the
 # topic's configs): sending it again cannot help, a person must change a config.

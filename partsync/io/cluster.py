@@ -17,6 +17,7 @@ from typing import Any, Self, TypeGuard, TypeVar
 
 from partsync._kafka import (
     COORDINATOR_RETRY_CODES,
+    ELECTION_CODES,
     FENCED_CODES,
     TXN_KEY,
     BrokerInfo,
@@ -28,6 +29,7 @@ from partsync._kafka import (
 )
 from partsync.config import ClusterRef
 from partsync.errors import (
+    BrokerError,
     ClusterError,
     FencedError,
     PartsyncError,
@@ -59,6 +61,9 @@ _PIPELINE_IDLE_S = 300.0
 # replica that failed to serve is not taken again.
 _READ_REPLICA_S = 300.0
 _READ_REPLICA_FAILED_S = 60.0
+# How long reading bounds waits out a leader election (a restarted single broker takes a few
+# seconds to lead its partitions again).
+BOUNDS_ELECTION_WAIT_S = 15.0
 _V = TypeVar("_V")
 _Pipeline = SharedWriter | FetchLane
 _S = TypeVar("_S", SharedWriter, FetchLane)
@@ -699,8 +704,20 @@ class Cluster:
     # -- bounds and topic admin (io/bounds.py, io/topic_admin.py) ------------------------------
 
     def bounds(self, topic: str, partitions: list[int]) -> dict[int, Bounds]:
-        """Log start and high watermark of each partition (``io.bounds.read_bounds``)."""
-        return read_bounds(self, topic, partitions)
+        """Log start and high watermark of each partition (``io.bounds.read_bounds``).
+
+        A leader election under way (``ELECTION_CODES``: e.g. a broker that restarted and
+        does not lead its partitions yet) is waited out with fresh metadata for up to
+        ``BOUNDS_ELECTION_WAIT_S``, as Kafka's clients do, so a run that starts during one
+        does not take the cluster for unreachable."""
+        backoff = Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S)
+        while True:
+            try:
+                return read_bounds(self, topic, partitions)
+            except BrokerError as e:
+                if e.error_code not in ELECTION_CODES or not backoff.wait():
+                    raise
+                self.metadata(refresh=True)
 
     def bounds_and_log_ends(
         self, topic: str, partitions: list[int]

@@ -269,6 +269,14 @@ def _local_topic_findings(
     if tp.grow is not None:
         out.append(ops_verdict(allowed, Op.ALTER, subject,
                                f"growing it to {tp.grow.partitions} partitions"))  # fmt: skip
+    if req.options.fill_holes and tp.create is None:
+        out.append(
+            Finding(subject, "cleanup.policy", Verdict.OK, "compacted: --compaction-holes fill "
+                    "can put hole records there") if tp.rules.compacted else
+            Finding(subject, "cleanup.policy", Verdict.MISSING, "--compaction-holes fill needs a "
+                    "compacted local topic (cleanup.policy with compact); sync refuses at the "
+                    "first compaction hole")
+        )  # fmt: skip
     starts = [p.partition for p in tp.partitions if p.bootstrap]
     if starts or req.policy.retention_gap == "skip":
         why = (f"starting partition {starts[0]} at its sources' log start (DeleteRecords)"

@@ -45,6 +45,11 @@ Exit codes:
 @click.option("--no-group", is_flag=True, help="The run uses --no-group: no group checks.")
 @click.option("--fencing/--no-fencing", default=True, show_default=True,
               help="Whether the run fences (transactional ids 'partsync:<topic>:<partition>').")  # fmt: skip
+@click.option("--compaction-holes", type=click.Choice(["refuse", "fill"]), default="refuse",
+              show_default=True,
+              help="The run's --compaction-holes: fill needs compacted local topics.")  # fmt: skip
+@click.option("--hole-key", default=None, metavar="KEY",
+              help="The run's --hole-key (accepted so a sync command line checks as is).")  # fmt: skip
 @config_option
 @click.pass_obj
 def check(
@@ -64,6 +69,8 @@ def check(
     group: str | None,
     no_group: bool,
     fencing: bool,
+    compaction_holes: str,
+    hole_key: str | None,
 ) -> None:
     """Check that a sync can run: connect and authenticate to every cluster, and report what
     the run needs and whether it has it. Writes nothing and fences nothing.
@@ -78,6 +85,7 @@ def check(
     from the brokers' authorized operations (Kafka 2.3+) and, for transactional ids, from the
     ACLs where this client may read them; what cannot be known is reported as unknown.
     """
+    from partsync.copy.options import CopyOptions
     from partsync.io.pool import ClusterPool
     from partsync.run.check import CheckOptions, check_clusters
     from partsync.run.planner import resolve_topics
@@ -85,9 +93,12 @@ def check(
 
     if group is not None and no_group:
         raise UsageError("--group and --no-group contradict each other")
+    if hole_key == "":
+        raise UsageError("--hole-key: the key of hole records cannot be empty")
     source_list = _sources(ctx, sources, clusters, local)
     req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), source_list, local,
                         partitions, chunk_offsets, create_missing,
+                        options=CopyOptions(compaction_holes=compaction_holes),
                         on_retention_gap=on_retention_gap,
                         add_partitions=add_partitions)  # fmt: skip
     with ClusterPool() as pool:

@@ -275,3 +275,25 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
     # The source's first batch and its empty one re-encoded, the removed one as a hole batch.
     _assert_diff_agrees(lambda *a: cli("--config", str(config), *a), topic, "a,local",
                         {"local": removed}, {"a": 3})  # fmt: skip
+
+
+def test_check_says_whether_the_local_topic_can_take_hole_records(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    create_topic(clusters.bootstrap("a"), topic, 1, COMPACT)
+    create_topic(clusters.bootstrap("local"), topic, 1)
+    other = topic + "-compacted"
+    create_topic(clusters.bootstrap("a"), other, 1, COMPACT)
+    create_topic(clusters.bootstrap("local"), other, 1, COMPACT)
+    _require_compacted_local(clusters, other)
+    fill = ("--compaction-holes", "fill", "--hole-key", "gap", "--no-group", "--json")
+
+    r = psync("check", "--topic", topic, "--sources", "a", *fill)
+
+    assert r.code == 1, r.stdout + r.stderr
+    found = {(f["subject"], f["need"]): f for c in r.json["clusters"] if c["cluster"] == "local"
+             for f in c["findings"]}  # fmt: skip
+    policy = found[(f"topic {topic}", "cleanup.policy")]
+    assert policy["verdict"] == "missing" and "compacted local topic" in policy["detail"]
+    ok = psync("check", "--topic", other, "--sources", "a", *fill)
+    assert ok.code == 0, ok.stdout + ok.stderr
