@@ -24,6 +24,7 @@ deserializer may fail on it, which is why the key is a parameter.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import struct
 from collections.abc import Iterator
@@ -59,23 +60,25 @@ _XERIAL_BLOCK = 32 * 1024
 _ZSTD_LEVEL = 3
 
 
+@functools.lru_cache(maxsize=8)
+def _hole_tail(key: bytes) -> bytes:
+    """What every hole record under ``key`` ends with: the key, a null value (a tombstone)
+    and the one header ``partsync-hole`` with a null value."""
+    name = HOLE_HEADER.encode()
+    return (encode_varint(len(key)) + key + encode_varint(-1) + encode_varint(1)
+            + encode_varint(len(name)) + name + encode_varint(-1))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _zz(n: int) -> bytes:
+    return encode_varint(n)  # deltas repeat from batch to batch: encoded once each
+
+
 def hole_record(offset_delta: int, timestamp_delta: int, key: bytes = HOLE_KEY) -> bytes:
     """One hole record (length prefix included): a tombstone under ``key`` with the header
     ``partsync-hole`` (null value), at ``offset_delta`` of its batch."""
-    name = HOLE_HEADER.encode()
-    body = (
-        b"\x00"  # attributes
-        + encode_varint(timestamp_delta)
-        + encode_varint(offset_delta)
-        + encode_varint(len(key))
-        + key
-        + encode_varint(-1)  # null value: a tombstone
-        + encode_varint(1)
-        + encode_varint(len(name))
-        + name
-        + encode_varint(-1)  # header value null
-    )
-    return encode_varint(len(body)) + body
+    body = b"\x00" + _zz(timestamp_delta) + _zz(offset_delta) + _hole_tail(key)  # attributes 0
+    return _zz(len(body)) + body
 
 
 def _split(section: bytes) -> list[tuple[int, int, bytes]]:
