@@ -120,7 +120,7 @@ def append_in_order(
                         # Stamped as the record before the hole: a lookup by time finds the
                         # same offset as on the source (the hole's records are never later).
                         stamp = last.max_timestamp if last is not None else -1
-                        stamp = stamp if stamp >= 0 else b.base_timestamp
+                        stamp = stamp if stamp >= 0 else b.first_stamp()
                         expected = _fill_holes(ctx, sender, expected, b.base_offset, source,
                                                stamp)  # fmt: skip
                     out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
@@ -158,7 +158,7 @@ def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
         )  # fmt: skip
     try:
         check_appendable(b)
-        ctx.rules.check(b)
+        ctx.rules.check(b, reserved_key=ctx.opts.hole_key if ctx.opts.fill_holes else None)
     except UnsafeError as e:
         e.cluster = e.cluster or source
         raise

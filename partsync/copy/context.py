@@ -86,7 +86,7 @@ class CopyContext:
         # retention (``LocalTopicRules.expires``): told in the result's notes.
         self.expired: tuple[int, int] | None = None
         # --compaction-holes fill: offsets given hole records, and source batches re-encoded
-        # to hold them (counted as sent; a failed copy's result may count one not landed).
+        # to hold them (counted as each append is verified).
         self.holes_filled = 0
         self.batches_reencoded = 0
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be

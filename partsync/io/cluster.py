@@ -656,7 +656,23 @@ class Cluster:
         return [t for t, m in md.topics.items() if m.error_code == 0]
 
     def topic(self, name: str, refresh: bool = False) -> TopicInfo | None:
-        """Partition count and leaders, or None when the topic does not exist."""
+        """Partition count and leaders, or None when the topic does not exist. A partition
+        without a leader (an election under way, e.g. its only replica's broker restarting)
+        is waited for with fresh metadata for up to ``BOUNDS_ELECTION_WAIT_S``, as Kafka's
+        clients wait for a leader."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                return self._topic_now(name, refresh)
+            except BrokerError as e:
+                if e.error_code not in ELECTION_CODES:
+                    raise
+                backoff = backoff or Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S)
+                if not backoff.wait():
+                    raise
+                refresh = True
+
+    def _topic_now(self, name: str, refresh: bool) -> TopicInfo | None:
         if name not in self._watched:
             self.watch((name,))
         md, asked = self._read_metadata(refresh)
@@ -684,9 +700,8 @@ class Cluster:
         epochs = {p: pm.leader_epoch for p, pm in t.partitions.items()}
         for p, pm in sorted(t.partitions.items()):
             if pm.leader < 0:
-                raise ClusterError(
-                    "partition has no leader", cluster=self.name, topic=name, partition=p
-                )
+                raise broker_error(ErrorCode.LEADER_NOT_AVAILABLE, "partition has no leader",
+                                   cluster=self.name, topic=name, partition=p)  # fmt: skip
             leaders[p] = pm.leader
         return TopicInfo(name, len(t.partitions), leaders, epochs, t.topic_id)
 

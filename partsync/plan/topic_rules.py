@@ -82,10 +82,14 @@ class LocalTopicRules:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return now - batch.max_timestamp > self.retention_ms
 
-    def check(self, batch: Batch, now_ms: int | None = None) -> None:
+    def check(
+        self, batch: Batch, now_ms: int | None = None, reserved_key: bytes | None = None
+    ) -> None:
         """Refuse a batch the local topic would not store byte-for-byte or would reject.
 
-        ``now_ms`` is the clock for the timestamp limits (this machine's, by default)."""
+        ``now_ms`` is the clock for the timestamp limits (this machine's, by default).
+        ``reserved_key``: the hole records' key (``--compaction-holes fill``), which no other
+        record may use in a compacted local topic (their tombstones would delete it there)."""
         if self.compression_type not in ("producer", batch.codec) and not (
             self.compression_type == "uncompressed" and batch.codec == "none"
         ):
@@ -103,7 +107,7 @@ class LocalTopicRules:
         if self.timestamp_before_max_ms is not None or self.timestamp_after_max_ms is not None:
             self._check_timestamps(batch, int(time.time() * 1000) if now_ms is None else now_ms)
         if self.compacted:
-            _check_keys(batch)
+            _check_keys(batch, reserved_key)
 
     def _check_timestamps(self, batch: Batch, now_ms: int) -> None:
         # The header gives the newest record's timestamp (maxTimestamp) and the first record's
@@ -129,8 +133,9 @@ class LocalTopicRules:
             )
 
 
-def _check_keys(batch: Batch) -> None:
+def _check_keys(batch: Batch, reserved_key: bytes | None) -> None:
     # Imported here: the records layer (decompression) is needed only for compacted topics.
+    from partsync.wire.holes import is_hole
     from partsync.wire.records import iter_records
 
     if batch.is_control:
@@ -141,6 +146,13 @@ def _check_keys(batch: Batch) -> None:
                 f"{batch.describe()} holds a record without a key at offset {r.offset}; the "
                 "local topic is compacted (cleanup.policy has compact) and Kafka rejects "
                 "keyless records there (INVALID_RECORD)",
+                offset=r.offset,
+            )
+        if r.key == reserved_key and not is_hole(r.key, r.value, r.headers, reserved_key):
+            raise UnsafeError(
+                f"{batch.describe()} holds a record at offset {r.offset} whose key is the hole "
+                f"records' key {reserved_key!r}: after the compacted local topic is cleaned, "
+                "a hole record's tombstone would delete it; choose a --hole-key no record uses",
                 offset=r.offset,
             )
 

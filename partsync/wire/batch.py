@@ -82,6 +82,7 @@ _CODEC_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
+_DELETE_HORIZON_BIT = 0x40
 # Digests ignore the bits a copy could legitimately differ in (see Batch.digest).
 _DIGEST_ATTRIBUTE_MASK = ~(_TRANSACTIONAL_BIT | _CONTROL_BIT) & 0xFFFF
 
@@ -192,6 +193,17 @@ class Batch:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        """KIP-534: the log cleaner stored a delete horizon in BaseTimestamp (attribute bit 6);
+        the records' timestamps stay BaseTimestamp + delta, but BaseTimestamp is no record's."""
+        return bool(self.attributes & _DELETE_HORIZON_BIT)
+
+    def first_stamp(self) -> int:
+        """A timestamp of a record of this batch that comes no later than its first record's
+        where the header says (BaseTimestamp), else its newest record's (MaxTimestamp)."""
+        return self.max_timestamp if self.has_delete_horizon else self.base_timestamp
 
     @property
     def has_holes(self) -> bool:

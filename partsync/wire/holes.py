@@ -33,7 +33,7 @@ import lz4.frame
 import snappy
 import zstandard
 
-from partsync.errors import UnsafeError
+from partsync.errors import CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, client_header, seal
 from partsync.wire.records import encode_varint, iter_records, read_varint, records_section
 
@@ -99,12 +99,34 @@ def _split(section: bytes) -> list[tuple[int, int, bytes]]:
     return out
 
 
+def _records_of(batch: Batch) -> list[tuple[int, int, bytes]]:
+    """``_split`` of the batch's records section, malformed records reported as corrupt."""
+    try:
+        records = _split(records_section(batch))
+    except (ValueError, IndexError) as e:
+        raise CorruptBatchError(
+            f"malformed record in batch {batch.base_offset}..{batch.last_offset}: "
+            f"{e or 'record cut short'}",
+            offset=batch.base_offset,
+        ) from None
+    deltas = [d for d, _ts, _raw in records]
+    if (len(records) != batch.record_count or len(set(deltas)) != len(deltas)
+            or any(not 0 <= d <= batch.last_offset_delta for d in deltas)):  # fmt: skip
+        raise CorruptBatchError(
+            f"batch {batch.base_offset}..{batch.last_offset} declares {batch.record_count} "
+            f"records for {batch.last_offset_delta + 1} offsets but holds {len(records)} at "
+            "offsets inside them, each once",
+            offset=batch.base_offset,
+        )
+    return records
+
+
 def missing_deltas(batch: Batch) -> list[int]:
     """The offset deltas in ``0..LastOffsetDelta`` that hold no record (none for a batch as a
     client writes it; all of them for an empty batch)."""
     if batch.record_count == batch.last_offset_delta + 1:
         return []
-    held = {d for d, _ts, _raw in _split(records_section(batch))}
+    held = {d for d, _ts, _raw in _records_of(batch)}
     return [d for d in range(batch.last_offset_delta + 1) if d not in held]
 
 
@@ -153,7 +175,7 @@ def fill_inner_holes(batch: Batch, key: bytes = HOLE_KEY) -> bytes | None:
             "cannot write a control batch, so the hole cannot be filled this way",
             offset=batch.base_offset,
         )
-    records = _split(records_section(batch))
+    records = _records_of(batch)
     by_delta = {d: (ts, raw) for d, ts, raw in records}
     newest = max((ts for _d, ts, _raw in records), default=None)
     top = batch.max_timestamp - batch.base_timestamp  # the header's MaxTimestamp as a delta
@@ -230,8 +252,8 @@ def as_filled(
     records stamped like the batch before (``hole_batch``), a batch with holes inside as
     re-encoded (``fill_inner_holes``), every other batch as it is. ``counter[0]`` counts the
     batches made. Compression is deterministic for a given library version, so their digests
-    equal the mirror's batches; a gap right at ``start`` is stamped with the next batch's base
-    timestamp (as a copy into an empty partition does; the batch before is not read)."""
+    equal the mirror's batches; a gap right at ``start`` is stamped with the next batch's
+    ``first_stamp`` (as a copy into an empty partition does; the batch before is not read)."""
     expected: int | None = start
     stamp = -1
     for b in batches:
@@ -239,7 +261,7 @@ def as_filled(
             at = expected
             while at < b.base_offset:
                 n = min(per_batch, b.base_offset - at)
-                raw = bytearray(hole_batch(n, stamp if stamp >= 0 else b.base_timestamp, key))
+                raw = bytearray(hole_batch(n, stamp if stamp >= 0 else b.first_stamp(), key))
                 struct.pack_into(">q", raw, 0, at)
                 yield Batch.parse(memoryview(bytes(raw)))
                 if counter is not None:

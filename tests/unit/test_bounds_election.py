@@ -61,3 +61,19 @@ def test_other_errors_and_a_long_election_are_raised(
     with pytest.raises(BrokerError, match="NOT_LEADER_OR_FOLLOWER"):
         c.bounds("t", [0])
     assert 1 <= len(refreshed) < 10
+
+
+def test_a_partition_without_a_leader_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = Cluster(ClusterRef("src", (("127.0.0.1", 9),)))  # never connects
+    calls: list[bool] = []
+    info: Any = object()
+
+    def now(_name: str, refresh: bool) -> Any:
+        calls.append(refresh)
+        if len(calls) < 3:
+            raise _error(ErrorCode.LEADER_NOT_AVAILABLE)
+        return info
+
+    monkeypatch.setattr(c, "_topic_now", now)
+    assert c.topic("t") is info
+    assert calls == [False, True, True]

@@ -184,3 +184,28 @@ def test_the_last_hole_keeps_the_headers_max_timestamp_when_the_newest_record_we
     records = decode_records(Batch.parse(memoryview(out)))
     assert [r.timestamp for r in records] == [TS, TS, TS + 20, TS + 30, TS + 40]
     assert max(r.timestamp for r in records) == Batch.parse(memoryview(out)).max_timestamp
+
+
+def test_a_malformed_batch_is_reported_corrupt_not_crashed_on() -> None:
+    from partsync.errors import CorruptBatchError
+    from partsync.wire.holes import compress
+
+    good = Batch.parse(memoryview(build(3, codec="none")))
+    records = bytes(good.data[61:])
+    # Three records declared over two offsets: one delta twice.
+    twice = Batch.parse(memoryview(seal(client_header(0, 2, TS), compress(0, records), 3)))
+    with pytest.raises(CorruptBatchError, match="declares 3 records for 2 offsets"):
+        fill_inner_holes(twice)
+    cut = Batch.parse(memoryview(seal(client_header(0, 5, TS), records[:-3], 3)))
+    with pytest.raises(CorruptBatchError, match="malformed record"):
+        missing_deltas(cut)
+
+
+def test_a_delete_horizon_is_no_records_timestamp() -> None:
+    # KIP-534: a cleaned batch holding tombstones stores its delete horizon in BaseTimestamp.
+    batch = parse(build(3, base_offset=0))
+    assert not batch.has_delete_horizon and batch.first_stamp() == batch.base_timestamp
+    raw = bytearray(batch.data)
+    raw[22] |= 0x40  # attributes, low byte
+    horizon = Batch.parse(memoryview(bytes(raw)))
+    assert horizon.has_delete_horizon and horizon.first_stamp() == horizon.max_timestamp

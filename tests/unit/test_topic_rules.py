@@ -151,3 +151,20 @@ def test_the_result_tells_which_copied_offsets_the_local_retention_deletes() -> 
     check_next(fresh, parse(build(3)), 0, "a")
     fresh.confirmed_end = 3
     assert copy_result(fresh, 0.0).notes == ()
+
+
+def test_no_record_may_use_the_hole_records_key_in_a_compacted_local_topic() -> None:
+    from partsync.wire.holes import fill_inner_holes
+
+    rules = LocalTopicRules(compacted=True)
+    keyed = parse(build(2, offsets=[0, 1]))  # keys key-0, key-1
+    rules.check(keyed, reserved_key=b"gap")
+    with pytest.raises(UnsafeError, match="whose key is the hole records' key") as e:
+        rules.check(keyed, reserved_key=b"key-1")
+    assert e.value.offset == 1
+    # The hole records themselves (and a mirror's, copied on) use it.
+    filled = fill_inner_holes(parse(build(2, offsets=[0, 3])), b"gap")
+    assert filled is not None
+    from partsync.wire.batch import Batch
+
+    rules.check(Batch.parse(memoryview(filled)), reserved_key=b"gap")
