@@ -340,10 +340,11 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str, broker_m
     for t in doc["topics"]:
         assert set(t) == {"topic", "partitions", "warnings", "unreachable"}
         for p in t["partitions"]:
+            # "holes_filled" and "batches_reencoded" came with issue 17 (--compaction-holes).
             assert set(p) == {
                 "partition", "status", "local_end_before", "local_end_after", "target_end",
                 "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
-                "seconds",
+                "seconds", "holes_filled", "batches_reencoded",
             }  # fmt: skip
     entries = check_report(doc)
     assert {k: e["status"] for k, e in entries.items()} == {
