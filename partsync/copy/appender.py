@@ -52,7 +52,7 @@ from partsync.errors import (
 from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
-from partsync.wire.holes import fill_inner_holes, hole_batch
+from partsync.wire.holes import fill_inner_holes, gap_batches, gap_stamp
 
 __all__ = ["Sender", "append_in_order", "check_next", "finish"]
 
@@ -117,12 +117,8 @@ def append_in_order(
                         # copied batch.
                         expected = _fill(ctx, sender, expected, b.base_offset)
                     elif ctx.opts.fill_holes and b.base_offset > expected:
-                        # Stamped as the record before the hole: a lookup by time finds the
-                        # same offset as on the source (the hole's records are never later).
-                        stamp = last.max_timestamp if last is not None else -1
-                        stamp = stamp if stamp >= 0 else b.first_stamp()
                         expected = _fill_holes(ctx, sender, expected, b.base_offset, source,
-                                               stamp)  # fmt: skip
+                                               gap_stamp(last, b))  # fmt: skip
                     out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
                     check_next(ctx, out, expected, source)
                     sender.send(out, source, size=b.size, holes=holes)
@@ -414,13 +410,9 @@ def _fill_holes(
     batches (``wire.holes``), timestamped ``stamp``; each batch verified like a copied one.
     Returns ``to``."""
     _needs_compacted(ctx, start, source)
-    expected = start
-    while expected < to:
-        n = min(ctx.opts.filler_records, to - expected)
-        batch = Batch.parse(memoryview(hole_batch(n, stamp, ctx.opts.hole_key)))
-        sender.send(batch, ctx.local.name, at=expected, filler=True, holes=n)
-        expected += n
-    return expected
+    for at, batch in gap_batches(start, to, stamp, ctx.opts.hole_key, ctx.opts.filler_records):
+        sender.send(batch, ctx.local.name, at=at, filler=True, holes=batch.record_count)
+    return to
 
 
 def _holes_filled(ctx: CopyContext, b: Batch, source: str) -> tuple[Batch, int]:

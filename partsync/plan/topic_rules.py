@@ -157,9 +157,9 @@ def _check_keys(batch: Batch, reserved_key: bytes | None) -> None:
             )
 
 
-def _retention(configs: Mapping[str, str]) -> int | None:
-    """retention.ms as Kafka applies it to a topic that deletes (-1: unlimited)."""
-    policy = {p.strip() for p in configs.get("cleanup.policy", "delete").lower().split(",")}
+def _retention(configs: Mapping[str, str], policy: set[str]) -> int | None:
+    """retention.ms as Kafka applies it to a topic whose ``cleanup.policy`` set has delete
+    (-1: unlimited)."""
     try:
         value = int(configs.get("retention.ms", -1))
     except ValueError:
@@ -217,6 +217,6 @@ def rules_from(configs: Mapping[str, str]) -> tuple[LocalTopicRules, str | None]
         timestamp_before_max_ms=_limit(configs, TIMESTAMP_BEFORE),
         timestamp_after_max_ms=_limit(configs, TIMESTAMP_AFTER),
         compacted="compact" in policy,
-        retention_ms=_retention(configs),
+        retention_ms=_retention(configs, policy),
     )
     return rules, None

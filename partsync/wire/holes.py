@@ -44,6 +44,8 @@ __all__ = [
     "compress",
     "disagreement",
     "fill_inner_holes",
+    "gap_batches",
+    "gap_stamp",
     "holds_hole_records",
     "hole_batch",
     "hole_record",
@@ -243,30 +245,48 @@ def holds_hole_records(batch: Batch) -> bool:
     )
 
 
+def gap_stamp(before: Batch | None, after: Batch) -> int:
+    """The timestamp of the hole records filling the gap between ``before`` (None where it is
+    not known) and ``after``: the newest record's before the gap, so a lookup by time finds
+    the same offset as on the source (the hole's records are never later); else ``after``'s
+    ``first_stamp``."""
+    if before is not None and before.max_timestamp >= 0:
+        return before.max_timestamp
+    return after.first_stamp()
+
+
+def gap_batches(
+    start: int, end: int, stamp: int, key: bytes = HOLE_KEY, per_batch: int = 500_000
+) -> Iterator[tuple[int, Batch]]:
+    """The hole batches covering ``[start, end)``, at most ``per_batch`` records each, as
+    (the offset it goes at, the batch at base offset 0): what sync appends for a gap."""
+    at = start
+    while at < end:
+        n = min(per_batch, end - at)
+        yield at, Batch.parse(memoryview(hole_batch(n, stamp, key)))
+        at += n
+
+
 def as_filled(
     batches: Iterator[Batch], start: int, key: bytes = HOLE_KEY, per_batch: int = 500_000,
     counter: list[int] | None = None,
 ) -> Iterator[Batch]:  # fmt: skip
     """``batches`` (a cluster's from offset ``start``, in order) as a mirror made with
-    ``--compaction-holes fill`` holds them: a gap as hole batches of at most ``per_batch``
-    records stamped like the batch before (``hole_batch``), a batch with holes inside as
-    re-encoded (``fill_inner_holes``), every other batch as it is. ``counter[0]`` counts the
-    batches made. Compression is deterministic for a given library version, so their digests
-    equal the mirror's batches; a gap right at ``start`` is stamped with the next batch's
-    ``first_stamp`` (as a copy into an empty partition does; the batch before is not read)."""
-    expected: int | None = start
-    stamp = -1
+    ``--compaction-holes fill`` holds them: a gap as ``gap_batches`` stamped by ``gap_stamp``,
+    a batch with holes inside as re-encoded (``fill_inner_holes``), every other batch as it
+    is. ``counter[0]`` counts the batches made. Compression is deterministic for a given
+    library version, so their digests equal the mirror's batches; a gap right at ``start`` is
+    stamped as a copy into an empty partition stamps it (the batch before is not read)."""
+    expected = start
+    before: Batch | None = None
     for b in batches:
-        if expected is not None and b.base_offset > expected:
-            at = expected
-            while at < b.base_offset:
-                n = min(per_batch, b.base_offset - at)
-                raw = bytearray(hole_batch(n, stamp if stamp >= 0 else b.first_stamp(), key))
-                struct.pack_into(">q", raw, 0, at)
-                yield Batch.parse(memoryview(bytes(raw)))
-                if counter is not None:
-                    counter[0] += 1
-                at += n
+        for at, hole in gap_batches(expected, b.base_offset, gap_stamp(before, b), key,
+                                    per_batch):  # fmt: skip
+            raw = bytearray(hole.data)
+            struct.pack_into(">q", raw, 0, at)
+            yield Batch.parse(memoryview(bytes(raw)))
+            if counter is not None:
+                counter[0] += 1
         filled = None if b.is_control else fill_inner_holes(b, key)
         if filled is None:
             yield b
@@ -274,4 +294,4 @@ def as_filled(
             if counter is not None:
                 counter[0] += 1
             yield Batch.parse(memoryview(filled))
-        expected, stamp = b.next_offset, b.max_timestamp
+        expected, before = b.next_offset, b
