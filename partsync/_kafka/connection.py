@@ -52,7 +52,14 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
-from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -104,6 +111,11 @@ _PREFERRED = {
     "Produce": (ProduceRequest, ProduceResponse, 3, 8),
     "ListOffsets": (ListOffsetsRequest, ListOffsetsResponse, 1, 5),
     "InitProducerId": (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
+    # Replaying a source's transactions (``--transactions replay``). Below AddPartitionsToTxn v4
+    # and EndTxn v5 (and Produce v12) a Kafka 4 coordinator runs transactions as Kafka 3 does
+    # (transaction version 1): partitions are added explicitly, the epoch stays across commits.
+    "AddPartitionsToTxn": (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    "EndTxn": (EndTxnRequest, EndTxnResponse, 0, 4),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
     # Growing a local topic when its sources gained partitions.

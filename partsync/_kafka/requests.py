@@ -13,7 +13,11 @@ from typing import Any
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka.protocol.producer.transaction import InitProducerIdRequest
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+)
 
 from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.codes import raise_for_code
@@ -387,3 +391,35 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
             else (int(r.error_code), int(r.producer_id), int(r.producer_epoch))
             for r in self.call_many("InitProducerId", requests)
         ]  # fmt: skip
+
+    def try_add_partition_to_txn(
+        self, transactional_id: str, producer: tuple[int, int], topic: str, partition: int
+    ) -> int:
+        """Add one partition to the transaction ``producer`` (id, epoch) has open under
+        ``transactional_id`` (asked of its coordinator); the partition's error code."""
+        pid, epoch = producer
+        req = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                    name=topic, partitions=[partition]
+                )
+            ],
+        )
+        resp = self.call("AddPartitionsToTxn", req)
+        for t in resp.results_by_topic_v3_and_below:
+            for p in t.results_by_partition:
+                if t.name == topic and p.partition_index == partition:
+                    return int(p.partition_error_code)
+        return int(getattr(resp, "error_code", 0) or 0) or -1
+
+    def try_end_txn(self, transactional_id: str, producer: tuple[int, int], commit: bool) -> int:
+        """End the transaction ``producer`` (id, epoch) has open under ``transactional_id``
+        (asked of its coordinator); the error code. The coordinator answers before its markers
+        are written (they land asynchronously)."""
+        pid, epoch = producer
+        req = EndTxnRequest(transactional_id=transactional_id, producer_id=pid,
+                            producer_epoch=epoch, committed=commit)  # fmt: skip
+        return int(self.call("EndTxn", req).error_code)

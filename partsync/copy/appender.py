@@ -83,6 +83,11 @@ def append_in_order(
     writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
     sender = Sender(ctx, writer, session)
+    replay = None
+    if ctx.opts.replay_transactions:
+        from partsync.copy.txn_replay import TxnReplay  # it builds on this module's Sender
+
+        replay = TxnReplay(ctx, sender, session)
     expected = ctx.plan.local.end
     last_source = ctx.local.name
     # The boundary batch of an empty piece (a batch from before it covered it all): the next
@@ -121,22 +126,32 @@ def append_in_order(
                                                gap_stamp(last, b))  # fmt: skip
                     out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
                     check_next(ctx, out, expected, source)
-                    sender.send(out, source, size=b.size, holes=holes)
+                    if replay is not None:
+                        replay.offer(out, source, b.size)
+                    else:
+                        sender.send(out, source, size=b.size, holes=holes)
                     start = ctx.plan.copy_start
                     if ctx.plan.bootstrap and b.base_offset < start <= b.last_offset:
                         # The first copied batch begins below the sources' log start: once it
                         # is in, the local log starts exactly where theirs does (before anything
                         # else is appended, so a kill leaves no window for consumers to read
                         # below it).
+                        if replay is not None:
+                            _check_not_held(ctx, replay.holding, b)
+                            replay.wait_confirmed()
                         sender.wait_confirmed()
                         ctx.local.delete_records(ctx.topic, ctx.partition, start)
                     expected = b.next_offset
                     last, last_source = b, source
+        if replay is not None:
+            replay.finish()
     except Stop:
         pass
     except PartsyncError as e:
         ctx.fail(e)
     finally:
+        if replay is not None:
+            replay.close()
         finish(ctx, sender, session)
         if ctx.failed.is_set():
             ctx.close_all()  # wakes fetchers blocked on a connection
@@ -153,14 +168,24 @@ def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
             cluster=source, offset=expected,
         )  # fmt: skip
     try:
-        check_appendable(b)
-        ctx.rules.check(b, reserved_key=ctx.opts.hole_key if ctx.opts.fill_holes else None)
+        check_appendable(b, transactions=ctx.opts.replay_transactions)
+        if not b.is_control:  # a marker is the local coordinator's own, not this batch
+            ctx.rules.check(b, reserved_key=ctx.opts.hole_key if ctx.opts.fill_holes else None)
     except UnsafeError as e:
         e.cluster = e.cluster or source
         raise
     if ctx.rules.expires(b):
         first = b.base_offset if ctx.expired is None else ctx.expired[0]
         ctx.expired = (first, b.last_offset)
+
+
+def _check_not_held(ctx: CopyContext, held: bool, b: Batch) -> None:
+    if held:
+        raise UnsafeError(
+            f"the mirror would start inside a transaction ({b.describe()} holds the sources' "
+            "log start and its transaction has no marker yet): run again once it has one",
+            cluster=ctx.local.name, offset=b.base_offset,
+        )  # fmt: skip
 
 
 def finish(ctx: CopyContext, sender: Sender | None, session: ProducerSession) -> None:

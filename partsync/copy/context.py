@@ -87,6 +87,9 @@ class CopyContext:
         self.expired: tuple[int, int] | None = None
         # --compaction-holes fill: offsets given hole records, and source batches re-encoded
         # to hold them (counted as each append is verified).
+        # Where a replay of transactions ended the copy short of the target: the last point
+        # with no transaction open (``txn_replay``); the rest waits for the source's markers.
+        self.stopped_at: int | None = None
         self.holes_filled = 0
         self.batches_reencoded = 0
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be

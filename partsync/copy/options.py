@@ -44,6 +44,13 @@ class CopyOptions:
     # be compacted), under ``hole_key``.
     compaction_holes: str = "refuse"
     hole_key: bytes = HOLE_KEY
+    # Transactional source batches and their markers: "refuse" (the copy stops there, unsafe)
+    # or "replay" (each source transaction replayed by a local transactional producer, its
+    # marker landing at the source marker's offset; see ``copy.txn_replay``).
+    transactions: str = "refuse"
+    # The local transaction timeout of a replay (ms): a transaction a killed run left open is
+    # aborted by the local coordinator after this long, if no run ends it sooner.
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:
@@ -58,10 +65,23 @@ class CopyOptions:
             raise ValueError("compaction_holes must be 'refuse' or 'fill'")
         if not self.hole_key:
             raise ValueError("hole_key must not be empty")
+        if self.transactions not in ("refuse", "replay"):
+            raise ValueError("transactions must be 'refuse' or 'replay'")
+        if self.replay_transactions and self.fill_holes:
+            # A gap's hole records would have to be ordered among held transactional batches.
+            raise ValueError("replaying transactions and filling compaction holes together is "
+                             "not supported yet")  # fmt: skip
+        if self.replay_transactions and not self.fencing:
+            raise ValueError("replaying transactions needs fencing (the transaction slots' "
+                             "transactional ids are the partition's own)")  # fmt: skip
 
     @property
     def fill_holes(self) -> bool:
         return self.compaction_holes == "fill"
+
+    @property
+    def replay_transactions(self) -> bool:
+        return self.transactions == "replay"
 
     @property
     def fetch_bytes(self) -> int:

@@ -23,7 +23,7 @@ from partsync.copy.context import CopyContext, ProgressFn
 from partsync.copy.fetcher import plan_pieces, start_fetchers
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import ProducerSession, open_producer
-from partsync.errors import FencedError, PartsyncError, UnsafeError
+from partsync.errors import ClusterError, FencedError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
@@ -35,6 +35,19 @@ log = logging.getLogger(__name__)
 
 
 def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession | None:
+    if ctx.opts.replay_transactions and (producer is None or not producer.usable):
+        # Before the local end is compared: fencing the transaction slots aborts what a killed
+        # run left open, and the abort marker moves the local end.
+        producer = _open(ctx)
+        now = ctx.local.bounds_for_append(ctx.topic, ctx.partition, wait=ctx.opts.hw_wait_s)
+        if now != ctx.plan.local:
+            raise ClusterError(
+                f"the local log moved since the plan (now {now.log_start}..{now.end}, planned "
+                f"{ctx.plan.local.log_start}..{ctx.plan.local.end}): a transaction an earlier "
+                "run left open was aborted, or another writer appended; plan again",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                offset=ctx.plan.local.end,
+            )  # fmt: skip
     last = check_local_boundary(ctx)
     trim_bootstrap_head(ctx)
     pieces = plan_pieces(ctx)
@@ -44,7 +57,7 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
         # The caller's session (an owner continues its own), else a new one for this copy,
         # which also fences any other writer of the partition.
         if producer is None or not producer.usable:
-            producer = open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing)
+            producer = _open(ctx)
         append_in_order(ctx, pieces.in_order(ctx.check_running), last, producer)
         clean = not ctx.failed.is_set()
     finally:
@@ -58,6 +71,12 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
         else:
             ctx.release_all()  # clean connections serve the next copy
     return producer
+
+
+def _open(ctx: CopyContext) -> ProducerSession:
+    return open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing,
+                         txn_slots=ctx.opts.replay_transactions,
+                         txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
 
 
 def copy_partition(
@@ -138,6 +157,12 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
                   else Status.HANDED_OVER if isinstance(ctx.error, FencedError)
                   else Status.ERROR)  # fmt: skip
         return result.with_status(status, str(ctx.error), ctx.error)
+    if ctx.stopped_at is not None and ctx.confirmed_end == ctx.stopped_at:
+        # A replay of transactions aims at the last offset where every transaction it saw
+        # has ended (the notes say which are still open in the source).
+        result = result.with_copy(target_end=ctx.stopped_at)
+        done = Status.SYNCED if ctx.confirmed_end > plan.local.end else Status.IN_SYNC
+        return result.with_status(done, None)
     if ctx.confirmed_end != plan.target_end:
         return result.with_status(
             Status.ERROR,

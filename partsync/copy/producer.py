@@ -9,12 +9,19 @@ from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 
 __all__ = [
+    "TXN_SLOTS",
     "ProducerSession",
     "open_fenced_producers",
     "open_producer",
     "renew_producer",
+    "slot_id",
     "transactional_id",
 ]
+
+# Source transactions a replay keeps open at once in one partition (``copy.txn_replay``), each
+# under a transactional id of its own: every one is fenced with the partition, so a writer
+# that lost the partition can append nothing under any of them.
+TXN_SLOTS = 8
 
 
 def transactional_id(topic: str, partition: int) -> str:
@@ -25,6 +32,11 @@ def transactional_id(topic: str, partition: int) -> str:
     the broker rejects the earlier writer's appends. ':' cannot occur in a topic name.
     """
     return f"partsync:{topic}:{partition}"
+
+
+def slot_id(topic: str, partition: int, slot: int) -> str:
+    """The transactional id of a replay's transaction slot ``slot`` in a local partition."""
+    return f"partsync:{topic}:{partition}:txn{slot}"
 
 
 @dataclass
@@ -43,20 +55,39 @@ class ProducerSession:
     # Under the partition's transactional id (fencing on)?
     fencing: bool = True
     opened_at: float = field(default_factory=time.monotonic)
+    # Transaction slots (``--transactions replay``): slot -> (producer id, epoch), fenced with
+    # the partition, and each slot's next sequence in the partition.
+    slots: dict[int, tuple[int, int]] = field(default_factory=dict)
+    slot_sequences: dict[int, int] = field(default_factory=dict)
 
     def older_than(self, seconds: float) -> bool:
         return time.monotonic() - self.opened_at > seconds
 
 
 def open_producer(
-    local: Cluster, topic: str, partition: int, fencing: bool = True, *, lane: int = 0
+    local: Cluster,
+    topic: str,
+    partition: int,
+    fencing: bool = True,
+    *,
+    lane: int = 0,
+    txn_slots: bool = False,
+    txn_timeout_ms: int = 60_000,
 ) -> ProducerSession:
     """A new producer identity for appending the partition: with ``fencing``, under the
     partition's transactional id, which fences every earlier writer of it (asked over the
-    coordinator's connection ``lane``, ``Cluster.broker_conn``)."""
+    coordinator's connection ``lane``, ``Cluster.broker_conn``). With ``txn_slots`` (a replay
+    of transactions) every transaction slot's id is initialised too: that fences them, and
+    aborts a transaction a killed run left open (its marker is written before the answer
+    comes, so the local end read after this includes it)."""
     tid = transactional_id(topic, partition) if fencing else None
     pid, epoch = local.init_producer_id(tid, lane=lane)
-    return ProducerSession(pid, epoch, fencing=fencing)
+    session = ProducerSession(pid, epoch, fencing=fencing)
+    if txn_slots:
+        for n in range(TXN_SLOTS):
+            session.slots[n] = local.init_producer_id(slot_id(topic, partition, n), lane=lane,
+                                                      txn_timeout_ms=txn_timeout_ms)  # fmt: skip
+    return session
 
 
 def renew_producer(
@@ -75,7 +106,10 @@ def renew_producer(
     pid, epoch = local.init_producer_id(
         transactional_id(topic, partition), current=(session.producer_id, session.epoch)
     )
-    return ProducerSession(pid, epoch, fencing=True)
+    # The transaction slots keep their identities (initialising them again would abort
+    # nothing, since none is open between rounds, but costs a request each).
+    return ProducerSession(pid, epoch, fencing=True, slots=session.slots,
+                           slot_sequences=session.slot_sequences)  # fmt: skip
 
 
 def open_fenced_producers(

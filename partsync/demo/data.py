@@ -286,9 +286,11 @@ def consume_all(
     end: int | None = None,
     *,
     timeout: float = 60.0,
+    isolation: str = "read_uncommitted",
 ) -> list[ConsumedRecord]:
     """Read ``partition`` from ``start`` (default: log start) up to ``end`` (exclusive; default:
-    the high watermark) with a manually assigned confluent-kafka consumer, read_uncommitted.
+    the high watermark, or with ``isolation="read_committed"`` the last stable offset) with a
+    manually assigned confluent-kafka consumer.
 
     Where to stop: ``get_watermark_offsets`` queries ListOffsets, and Tansu 0.6 answers
     ListOffsets(latest) with the last batch's *base* offset + 1, not the high watermark (10
@@ -306,7 +308,7 @@ def consume_all(
             "group.id": f"partsync-check-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "isolation.level": "read_uncommitted",
+            "isolation.level": isolation,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 100,  # Tansu holds an empty fetch for the full wait
             "auto.offset.reset": "error",

@@ -320,9 +320,11 @@ class Cluster:
         timeout: float = 30.0,
         current: tuple[int, int] | None = None,
         lane: int = 0,
+        txn_timeout_ms: int = 60_000,
     ) -> tuple[int, int]:
         """A producer id and epoch; with a transactional id, from that id's transaction
-        coordinator (which bumps the epoch and so fences the id's previous holder).
+        coordinator (which bumps the epoch and so fences the id's previous holder; its
+        transactions time out after ``txn_timeout_ms``).
 
         A coordinator that is loading or moved is asked again until ``timeout``: a cluster's
         first transactional id creates ``__transaction_state``, which takes a few seconds.
@@ -337,7 +339,7 @@ class Cluster:
                 # The coordinator found may have moved by the time it is asked: ask again.
                 try:
                     code, pid, epoch = self.broker_conn(coord.node_id, lane).try_init_producer_id(
-                        transactional_id, current=current
+                        transactional_id, timeout_ms=txn_timeout_ms, current=current
                     )
                 except PartsyncError:
                     self._forget_txn_coordinator(transactional_id)
@@ -362,6 +364,37 @@ class Cluster:
                                    cluster=self.name)  # fmt: skip
                 err.reason += _FENCING_HINT
                 raise err
+
+    def txn_call(
+        self,
+        transactional_id: str,
+        ask: Callable[[Connection], int],
+        *,
+        what: str,
+        timeout: float = 30.0,
+    ) -> None:
+        """Ask the coordinator of ``transactional_id`` (``ask`` sends the request and returns
+        its error code) until it answers 0. A coordinator that is loading or moved, and
+        CONCURRENT_TRANSACTIONS (the id's previous transaction is still being ended: its
+        markers are being written), are asked again until ``timeout``; any other error raises.
+        A broken connection raises at once: the request may have been carried out."""
+        backoff = Backoff(0.02, 0.5, deadline=timeout)
+        while True:
+            code, coord, _cached = self._txn_coordinator(transactional_id,
+                                                         backoff.remaining or 0.0)  # fmt: skip
+            if not code and coord is not None:
+                try:
+                    code = ask(self.broker_conn(coord.node_id))
+                except PartsyncError:
+                    self._forget_txn_coordinator(transactional_id)
+                    raise
+                if not code:
+                    return
+                if code in COORDINATOR_RETRY_CODES:
+                    self._forget_txn_coordinator(transactional_id)
+            if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
+                raise broker_error(code, f"{what} for transactional id {transactional_id!r}",
+                                   cluster=self.name)  # fmt: skip
 
     def init_producer_ids(
         self, transactional_ids: list[str], *, lanes: int = 1
@@ -458,6 +491,14 @@ class Cluster:
         leader = self.leader(topic, partition)
         return self._shared(("writer", leader), leader,
                             lambda c: SharedWriter(c, timeout_ms=timeout_ms))  # fmt: skip
+
+    def txn_writer(
+        self, topic: str, partition: int, transactional_id: str, *, timeout_ms: int = 30_000
+    ) -> SharedWriter:
+        """A writer of its own (a connection to the partition's leader) for the batches of one
+        transaction: a Produce request names one transactional id. The caller closes it."""
+        return SharedWriter(self.connect_leader(topic, partition), timeout_ms=timeout_ms,
+                            transactional_id=transactional_id)  # fmt: skip
 
     def fetch_lane(
         self, topic: str, partition: int, lane: int = 0, *, in_flight: int = 4

@@ -59,10 +59,13 @@ class SharedWriter(Pipeline[_Submission]):
         max_in_flight: int = 5,
         max_request_bytes: int = 16 << 20,
         timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
     ) -> None:
         super().__init__(conn, max_in_flight=max_in_flight, max_request_bytes=max_request_bytes,
                          pack_partitions=PACK_PARTITIONS, pack_bytes=PACK_BYTES)  # fmt: skip
         self._timeout_ms = timeout_ms
+        # A transaction's writer: every batch it sends belongs to this id's open transaction.
+        self._transactional_id = transactional_id
         self._start()
 
     def submit(
@@ -79,7 +82,8 @@ class SharedWriter(Pipeline[_Submission]):
         by_topic: dict[str, dict[int, Buffer | Parts]] = {}
         for s in batch:
             by_topic.setdefault(s.topic, {})[s.partition] = s.data
-        self._conn.send_produce_many(by_topic, acks=-1, timeout_ms=self._timeout_ms)
+        self._conn.send_produce_many(by_topic, acks=-1, timeout_ms=self._timeout_ms,
+                                     transactional_id=self._transactional_id)  # fmt: skip
 
     def _after_send(self, batch: list[_Submission]) -> None:
         # Sent (never sent again): drop the batches, which are views that keep whole fetch

@@ -175,7 +175,9 @@ def copy_round(
             # About to write: take the partition over first (the new producer epoch fences any
             # earlier writer), then read the local end again, after the fence.
             session = open_producer(local, task.plan.topic, task.plan.partition,
-                                    task.options.fencing)  # fmt: skip
+                                    task.options.fencing,
+                                    txn_slots=task.options.replay_transactions,
+                                    txn_timeout_ms=task.options.transaction_timeout_ms)  # fmt: skip
             plan = refresh_plan(task, local, sources, dict(plan.sources))
         if reuse and (
             plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND

@@ -285,6 +285,28 @@ def plan(
     "local topic's compaction removes them: pick a key their key deserializer accepts.",
 )
 @click.option(
+    "--transactions",
+    type=click.Choice(["refuse", "replay"]),
+    default=CopyOptions().transactions,
+    show_default=True,
+    help="Transactional source data and its commit/abort markers: refuse the partition there "
+    "(exit 3, nothing written past it), or replay each source transaction with a local "
+    "transactional producer, its data shallow and its marker (EndTxn) landing at the source "
+    "marker's offset, so read_committed consumers see what they see on the source. A run "
+    "copies up to the last offset where every transaction it saw has ended; the rest waits "
+    "for the next run. Needs fencing.",
+)
+@click.option(
+    "--transaction-timeout",
+    type=click.FloatRange(min=1),
+    default=CopyOptions().transaction_timeout_ms / 1000,
+    show_default=True,
+    metavar="SECONDS",
+    help="The local transaction timeout of a replay (--transactions replay): a transaction a "
+    "killed run left open stays open (read_committed consumers wait at it) until the next "
+    "run or this timeout aborts it. At most the local transaction.max.timeout.ms.",
+)
+@click.option(
     "--fencing-renew",
     type=click.FloatRange(min=1),
     default=CopyOptions().fencing_renew_s,
@@ -343,6 +365,8 @@ def sync(
     filler_records: int,
     compaction_holes: str,
     hole_key: str,
+    transactions: str,
+    transaction_timeout: float,
     fencing_renew: float,
     fencing: bool,
 ) -> None:
@@ -392,6 +416,11 @@ def sync(
         _check_writable(metrics_file)
     if not hole_key:
         raise UsageError("--hole-key: the key of hole records cannot be empty")
+    if transactions == "replay" and compaction_holes == "fill":
+        raise UsageError("--transactions replay with --compaction-holes fill is not supported yet")
+    if transactions == "replay" and not fencing:
+        raise UsageError("--transactions replay needs fencing: its transaction slots are fenced "
+                         "with the partition")  # fmt: skip
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
         memory_budget=memory_budget,
@@ -403,6 +432,8 @@ def sync(
         filler_records=filler_records,
         compaction_holes=compaction_holes,
         hole_key=hole_key.encode(),
+        transactions=transactions,
+        transaction_timeout_ms=int(transaction_timeout * 1000),
     )
     req = build_request(
         ctx, TopicArgs(topics, topic_patterns, excludes), sources, local, partitions,

@@ -226,13 +226,25 @@ class Batch:
         """Content digest that ignores exactly what a shallow copy may change.
 
         Ignored: PartitionLeaderEpoch, CRC, ProducerId/Epoch/BaseSequence (rewritten by the
-        copy) and the transactional/control attribute bits. Covered: the absolute BaseOffset,
+        copy) and the transactional attribute bit. Covered: the absolute BaseOffset,
         every other attribute bit, LastOffsetDelta, both timestamps, RecordCount and the record
         bytes as stored (compressed or not). Two batches with equal digests hold the same records
         at the same offsets.
+
+        A transaction marker covers only its offset and control key (version and type): its
+        timestamp and coordinator epoch are the writing cluster's own (``wire.markers``).
         """
         h = hashlib.blake2b(digest_size=16)
         h.update(_BASE_OFFSET.pack(self.base_offset))
+        if self.is_control:
+            from partsync.wire.markers import control_key  # the records layer, only here
+
+            h.update(b"control")
+            try:
+                h.update(control_key(self))
+                return h.digest()
+            except CorruptBatchError:
+                pass  # not a marker: a control batch unlike any data batch, digested in full
         h.update(struct.pack(">H", self.attributes & _DIGEST_ATTRIBUTE_MASK))
         h.update(self.data[ATTRIBUTES_OFFSET + 2 : PRODUCER_OFFSET])
         h.update(self.data[RECORD_COUNT_OFFSET:])
@@ -275,19 +287,22 @@ def iter_batches(buf: bytes | bytearray | memoryview, *, start: int = 0) -> Iter
         yield batch
 
 
-def check_appendable(batch: Batch) -> None:
-    """Refuse batches whose offsets a client append cannot reproduce (Apache Kafka's rules)."""
-    if batch.is_control:
+def check_appendable(batch: Batch, *, transactions: bool = False) -> None:
+    """Refuse batches whose offsets a client append cannot reproduce (Apache Kafka's rules).
+    With ``transactions`` (a replay, ``copy.txn_replay``) transactional batches and markers
+    pass: the replay writes them with a local transaction each."""
+    if batch.is_control and not transactions:
         raise UnsafeError(
             f"control batch (transaction marker) at offset {batch.base_offset}: markers are "
-            "written by a transaction coordinator, not by a client; replaying transactions is "
-            "not supported",
+            "written by a transaction coordinator, not by a client, so only a replay of the "
+            "transaction puts one there (--transactions replay)",
             offset=batch.base_offset,
         )
-    if batch.is_transactional:
+    if batch.is_transactional and not transactions:
         raise UnsafeError(
             f"transactional batch {batch.base_offset}..{batch.last_offset}: its commit/abort "
-            "marker cannot be reproduced by a client; replaying transactions is not supported",
+            "marker cannot be reproduced by a client without replaying the transaction "
+            "(--transactions replay)",
             offset=batch.base_offset,
         )
     if batch.log_append_time:

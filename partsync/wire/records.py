@@ -83,7 +83,13 @@ class Record:
         Independent of the batch the record sits in (boundaries, codec, producer ids), so two
         clusters that hold the same record at the same offset agree whoever wrote the batches.
         Every variable-length field is length-prefixed (-1 for null), so fields cannot blur.
+        A transaction marker's covers its offset and control key only: its timestamp and value
+        (the coordinator's epoch) are the writing cluster's own (``wire.markers``).
         """
+        if self.control:
+            key = self.key or b""
+            head = _DIGEST_HEAD.pack(self.offset, 0, True) + _LEN.pack(len(key))
+            return hashlib.blake2b(head + key, digest_size=16).digest()
         parts = [_DIGEST_HEAD.pack(self.offset, self.timestamp, self.control)]
         for field in (self.key, self.value):
             if field is None:

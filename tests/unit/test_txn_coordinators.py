@@ -25,7 +25,9 @@ class Node:
         self.coordinator, self.down = coordinator, down
         self.asked: list[str] = []
 
-    def try_init_producer_id(self, tid: str, current: Any = None) -> tuple[int, int, int]:
+    def try_init_producer_id(
+        self, tid: str, timeout_ms: int = 60_000, current: Any = None
+    ) -> tuple[int, int, int]:
         self.asked.append(tid)
         if self.down:
             raise ClusterError("connection refused")

@@ -37,7 +37,9 @@ class ScriptedBroker:
         self._answer_gate = answer_gate  # answers are read only once it is set
         self.closed = False
 
-    def send_produce_many(self, batches, *, acks: int, timeout_ms: int) -> None:
+    def send_produce_many(
+        self, batches, *, acks: int, timeout_ms: int, transactional_id=None
+    ) -> None:
         assert acks == -1
         if self._hold is not None:
             self._hold.wait(5)

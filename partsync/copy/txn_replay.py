@@ -1,0 +1,239 @@
+"""Replaying a source's transactions so that every marker lands at the source marker's offset
+(``--transactions replay``).
+
+A client cannot append a control batch, but a transaction coordinator writes one into every
+partition of a transaction it ends, at that partition's log end. So each source transaction
+that touches the partition is replayed by a local transactional producer (one of the
+partition's transaction slots, ``producer.slot_id``): its data batches are appended shallowly,
+transactional bit kept, under the slot's producer identity, and when the copy reaches the
+source's marker the slot's transaction is ended the same way (EndTxn, commit or abort). Nothing
+else is appended until that marker has landed, and it must land exactly at the source marker's
+offset. Transactions of several source producers that interleave in the partition are replayed
+by as many slots at once, up to ``TXN_SLOTS``.
+
+A local transaction is never left open waiting for the source: batches are held back from the
+first batch of a transaction until the point where every transaction seen so far has its marker
+(a quiet point), then appended together. A copy ends at the last quiet point it reached; what
+follows waits for the next run, once the source has ended those transactions. So a run killed
+or failed between a transaction's data and its marker is the only way a local transaction is
+left open: the next run's fence of the slots aborts it (docs/how-it-works.md says what then).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from partsync.copy.appender import Sender
+from partsync.copy.context import CopyContext
+from partsync.copy.producer import TXN_SLOTS, ProducerSession, slot_id
+from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
+from partsync.io.reader import batch_at
+from partsync.io.writer import SharedWriter
+from partsync.retry import Backoff
+from partsync.wire.batch import Batch
+from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
+
+__all__ = ["TxnReplay"]
+
+
+@dataclass(eq=False)
+class _Txn:
+    """A source transaction being replayed by a local slot."""
+
+    source_pid: int
+    slot: int
+    writer: SharedWriter
+    sender: Sender
+    first: int  # offset of its first batch in the partition
+
+
+class TxnReplay:
+    """The transactional part of one copy's appends; the appender hands it every batch in
+    offset order (``offer``) once transactions are involved, and ``finish`` at the end."""
+
+    def __init__(self, ctx: CopyContext, main: Sender, session: ProducerSession) -> None:
+        if not session.slots:
+            raise PartsyncError("replaying transactions needs a session fenced with its slots",
+                                cluster=ctx.local.name)  # fmt: skip
+        self.ctx, self.main, self.session = ctx, main, session
+        self._held: list[tuple[Batch, str, int]] = []  # (batch, source, budget size)
+        self._held_bytes = 0
+        self._open: dict[int, int] = {}  # source producer id -> its first offset, seen in order
+        self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
+        self._active = main  # the sender whose appends may be in flight
+        self.quiet_at = ctx.plan.local.end  # the last quiet point reached
+        self.markers = 0
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    # -- what the appender hands over ------------------------------------------------------
+
+    def offer(self, b: Batch, source: str, size: int) -> None:
+        """Take the next batch (checked by the appender): held while any transaction seen is
+        open, appended with everything held once none is."""
+        if b.is_control:
+            marker_type(b)  # only commit and abort markers can be replayed
+            self._open.pop(b.producer_id, None)
+        elif b.is_transactional:
+            self._open.setdefault(b.producer_id, b.base_offset)
+        if not self._open and not self._held:
+            self._append(b, source, size)
+            self.quiet_at = b.next_offset
+            return
+        self._held.append((b, source, size))
+        self._held_bytes += size
+        if not self._open:
+            held, self._held, self._held_bytes = self._held, [], 0
+            for hb, hsource, hsize in held:
+                self._append(hb, hsource, hsize)
+            self.quiet_at = b.next_offset
+        elif self._held_bytes > self.ctx.opts.max_in_flight_bytes:
+            pid, first = min(self._open.items(), key=lambda kv: kv[1])
+            raise UnsafeError(
+                f"the transaction of source producer {pid} from offset {first} is still open "
+                f"after {self._held_bytes} bytes, more than --max-in-flight-bytes "
+                f"({self.ctx.opts.max_in_flight_bytes}): a replay holds a transaction's batches "
+                "until it ends; raise --max-in-flight-bytes (and --memory-budget)",
+                cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
+                offset=first,
+            )  # fmt: skip
+
+    def finish(self) -> None:
+        """The end of the copy's batches: what is held (transactions the source has not ended
+        within the range) stays for the next run; the copy ends at the last quiet point."""
+        self.wait_confirmed()
+        if self._held:
+            open_txns = ", ".join(f"producer {pid} from offset {first}"
+                                  for pid, first in sorted(self._open.items(),
+                                                           key=lambda kv: kv[1]))  # fmt: skip
+            self.ctx.stopped_at = self.quiet_at
+            self.ctx.notes.append(
+                f"copied up to offset {self.quiet_at}: the source's transactions of {open_txns} "
+                "have no marker in the range yet (a replay never leaves a local transaction "
+                "open); the next run copies them once the source has ended them"
+            )
+            self._held.clear()
+
+    def close(self) -> None:
+        """Close the slots' writers (their appends were waited for, or the copy failed)."""
+        for txn in self._live.values():
+            txn.writer.close()
+        self._live.clear()
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def _switch(self, sender: Sender) -> None:
+        """One append in flight per partition across all its senders: before another sender
+        appends, the last one's appends must have been verified."""
+        if sender is not self._active:
+            self._active.wait_confirmed()
+            self._active = sender
+
+    def wait_confirmed(self) -> None:
+        """Return once every append sent so far was verified."""
+        self._active.wait_confirmed()
+
+    def _append(self, b: Batch, source: str, size: int) -> None:
+        if b.is_control:
+            self._end(b, source, size)
+        elif b.is_transactional:
+            txn = self._live.get(b.producer_id) or self._begin(b.producer_id, b.base_offset)
+            self._switch(txn.sender)
+            txn.sender.send(b, source, size=size)
+        else:
+            self._switch(self.main)
+            self.main.send(b, source, size=size)
+
+    def _begin(self, source_pid: int, first: int) -> _Txn:
+        """A slot's transaction for the source producer's transaction, with the partition
+        added to it."""
+        ctx = self.ctx
+        busy = {t.slot for t in self._live.values()}
+        free = [n for n in range(TXN_SLOTS) if n not in busy]
+        if not free:
+            raise UnsafeError(
+                f"more than {TXN_SLOTS} source transactions are open at once at offset {first}; "
+                f"a replay keeps at most {TXN_SLOTS} local transactions open per partition",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
+            )  # fmt: skip
+        slot = free[0]
+        tid = slot_id(ctx.topic, ctx.partition, slot)
+        producer = self.session.slots[slot]
+        self._switch(self.main)  # nothing in flight while the transaction starts
+        ctx.local.txn_call(
+            tid,
+            lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),
+            what="AddPartitionsToTxn",
+        )
+        writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
+                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+        identity = ProducerSession(*producer, sequence=self.session.slot_sequences.get(slot, 0))
+        txn = _Txn(source_pid, slot, writer, Sender(ctx, writer, identity), first)
+        self._live[source_pid] = txn
+        return txn
+
+    def _end(self, b: Batch, source: str, size: int) -> None:
+        """End the slot's transaction as the source's marker ``b`` ended it, and wait until
+        the local marker has landed at exactly ``b``'s offset."""
+        ctx = self.ctx
+        commit = marker_type(b) == COMMIT
+        txn = self._live.get(b.producer_id) or self._begin(b.producer_id, b.base_offset)
+        self.wait_confirmed()  # every append before the marker verified
+        if ctx.confirmed_end != b.base_offset:
+            raise AppendMismatchError(
+                f"the local log ends at {ctx.confirmed_end}, not at the source's "
+                f"{marker_name(marker_type(b))} marker's offset {b.base_offset}",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                offset=b.base_offset,
+            )  # fmt: skip
+        tid = slot_id(ctx.topic, ctx.partition, txn.slot)
+        producer = self.session.slots[txn.slot]
+        ctx.unconfirmed_end = b.next_offset  # from here the marker may land
+        ctx.local.txn_call(tid, lambda conn: conn.try_end_txn(tid, producer, commit), what="EndTxn")
+        self._await_marker(b, commit)
+        ctx.unconfirmed_end = None
+        self.session.slot_sequences[txn.slot] = txn.sender.sequence
+        del self._live[b.producer_id]
+        self._active = self.main
+        txn.writer.close()
+        ctx.confirmed(source, size, b.next_offset)
+        ctx.budget.release(size)
+        self.markers += 1
+
+    def _await_marker(self, b: Batch, commit: bool) -> None:
+        """EndTxn is answered before the coordinator writes its markers: wait until the local
+        log holds a marker of the same kind at ``b``'s offset, replicated, and nothing after
+        it."""
+        ctx = self.ctx
+        at = b.base_offset
+        kind = marker_name(COMMIT if commit else ABORT)
+        backoff = Backoff(0.002, 0.1, deadline=ctx.opts.produce_timeout_ms / 1000)
+        while True:
+            ctx.check_running()
+            bounds, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
+            if bounds.end > at:  # the high watermark covers it, so the log end does too
+                break
+            if not backoff.wait():
+                raise ClusterError(
+                    f"the {kind} marker of the transaction replayed for offset {at} did not "
+                    f"land within {ctx.opts.produce_timeout_ms / 1000:g}s (the local log ends "
+                    f"at {leo}, its high watermark at {bounds.end})",
+                    cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+                )  # fmt: skip
+        got = batch_at(ctx.open(ctx.local), ctx.local.name, ctx.topic, ctx.partition, at)
+        if leo != at + 1 or got.base_offset != at or not got.is_control:
+            raise AppendMismatchError(
+                f"the replayed transaction's marker for offset {at} did not land there alone "
+                f"(the local log ends at {leo}; its batch at {at} is {got.describe()}): another "
+                "writer or a changed log; stopped writing",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+            )  # fmt: skip
+        if (marker_type(got) == COMMIT) != commit:
+            raise AppendMismatchError(
+                f"the local marker at offset {at} is an {marker_name(marker_type(got))}, the "
+                f"source's a {kind}: the local transaction was ended by someone else (its "
+                "timeout?)",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+            )  # fmt: skip
