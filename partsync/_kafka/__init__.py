@@ -36,6 +36,7 @@ from partsync._kafka.connection import (
 from partsync._kafka.probe_requests import AclEntry
 from partsync._kafka.requests import (
     THROTTLE_WAIT_LIMIT_S,
+    ActiveProducer,
     BrokerInfo,
     CommittedOffset,
     Connection,
@@ -45,6 +46,7 @@ from partsync._kafka.requests import (
     PartitionMeta,
     ProducedPartition,
     TopicMeta,
+    TxnState,
 )
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "TXN_KEY",
     "UNKNOWN_OUTCOME_CODES",
     "AclEntry",
+    "ActiveProducer",
     "BrokerInfo",
     "CommittedOffset",
     "Connection",
@@ -73,6 +76,7 @@ __all__ = [
     "PartitionMeta",
     "ProducedPartition",
     "TopicMeta",
+    "TxnState",
     "broker_error",
     "error_name",
     "error_retriable",

@@ -32,6 +32,12 @@ from kafka.protocol.admin.topics import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
 )
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
@@ -116,6 +122,9 @@ _PREFERRED = {
     # (transaction version 1): partitions are added explicitly, the epoch stays across commits.
     "AddPartitionsToTxn": (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
     "EndTxn": (EndTxnRequest, EndTxnResponse, 0, 4),
+    # A replay's transactions a killed run left open, resumed rather than aborted (KIP-664).
+    "DescribeProducers": (DescribeProducersRequest, DescribeProducersResponse, 0, 0),
+    "DescribeTransactions": (DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
     # Growing a local topic when its sources gained partitions.

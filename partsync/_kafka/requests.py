@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeTransactionsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
@@ -131,6 +132,26 @@ def _fetch_request(
         forgotten_topics_data=[],
         rack_id=rack,
     )
+
+
+@dataclass(frozen=True)
+class ActiveProducer:
+    """A producer the partition's leader keeps state for (DescribeProducers, KIP-664)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    txn_start: int  # the first offset of its open transaction in the partition, or -1
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """A transactional id as its coordinator describes it (DescribeTransactions, KIP-664)."""
+
+    error_code: int
+    state: str  # e.g. "Ongoing", "PrepareCommit", "CompleteAbort", "Empty"
+    producer_id: int
+    epoch: int
 
 
 def _init_producer_id(
@@ -423,3 +444,29 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         req = EndTxnRequest(transactional_id=transactional_id, producer_id=pid,
                             producer_epoch=epoch, committed=commit)  # fmt: skip
         return int(self.call("EndTxn", req).error_code)
+
+    def describe_producers(self, topic: str, partition: int) -> tuple[int, list[ActiveProducer]]:
+        """The partition's error code and its active producers (asked of its leader)."""
+        req = DescribeProducersRequest(topics=[
+            DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])
+        ])  # fmt: skip
+        resp = self.call("DescribeProducers", req)
+        for t in resp.topics:
+            for p in t.partitions:
+                if t.name == topic and p.partition_index == partition:
+                    return int(p.error_code), [
+                        ActiveProducer(int(a.producer_id), int(a.producer_epoch),
+                                       int(a.last_sequence), int(a.current_txn_start_offset))
+                        for a in p.active_producers
+                    ]  # fmt: skip
+        return -1, []
+
+    def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TxnState]:
+        """Each transactional id's state (asked of its coordinator)."""
+        resp = self.call("DescribeTransactions",
+                         DescribeTransactionsRequest(transactional_ids=transactional_ids))  # fmt: skip
+        return {
+            s.transactional_id: TxnState(int(s.error_code), s.transaction_state,
+                                         int(s.producer_id), int(s.producer_epoch))
+            for s in resp.transaction_states
+        }  # fmt: skip

@@ -114,7 +114,12 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
         compared = True
         if (at := differs_at(ctx, mine, theirs, local_end - 1)) is not None:
             hint = RECREATED_HINT
-            if not ctx.opts.fill_holes and holds_hole_records(mine):
+            if mine.is_control and ctx.opts.replay_transactions:
+                hint = ("the local batch is a transaction marker the local coordinator wrote "
+                        "when it aborted a replayed transaction that no run resumed within "
+                        "--transaction-timeout (a killed run's); the partition cannot be "
+                        "repaired in place: mirror it into a new local topic")  # fmt: skip
+            elif not ctx.opts.fill_holes and holds_hole_records(mine):
                 hint = ("the local batch holds hole records of an earlier run with "
                         "--compaction-holes fill: run with it again")  # fmt: skip
             raise DivergenceError(

@@ -48,9 +48,11 @@ class CopyOptions:
     # or "replay" (each source transaction replayed by a local transactional producer, its
     # marker landing at the source marker's offset; see ``copy.txn_replay``).
     transactions: str = "refuse"
-    # The local transaction timeout of a replay (ms): a transaction a killed run left open is
-    # aborted by the local coordinator after this long, if no run ends it sooner.
-    transaction_timeout_ms: int = 60_000
+    # The local transaction timeout of a replay (ms). A transaction a killed run left open is
+    # resumed by the next run; only if none comes within this long does the local coordinator
+    # abort it, at an offset where the source holds more of it (the partition then diverges).
+    # Kafka's default transaction.max.timeout.ms.
+    transaction_timeout_ms: int = 900_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight_bytes < 1 << 16:

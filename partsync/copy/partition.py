@@ -160,7 +160,7 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
     if ctx.stopped_at is not None and ctx.confirmed_end == ctx.stopped_at:
         # A replay of transactions aims at the last offset where every transaction it saw
         # has ended (the notes say which are still open in the source).
-        result = result.with_copy(target_end=ctx.stopped_at)
+        result = result.with_copy(target_end=ctx.stopped_at, wait_from=plan.target_end)
         done = Status.SYNCED if ctx.confirmed_end > plan.local.end else Status.IN_SYNC
         return result.with_status(done, None)
     if ctx.confirmed_end != plan.target_end:

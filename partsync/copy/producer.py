@@ -9,6 +9,7 @@ from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 
 __all__ = [
+    "AT_END",
     "TXN_SLOTS",
     "ProducerSession",
     "open_fenced_producers",
@@ -22,6 +23,8 @@ __all__ = [
 # under a transactional id of its own: every one is fenced with the partition, so a writer
 # that lost the partition can append nothing under any of them.
 TXN_SLOTS = 8
+# ``ProducerSession.open_txns``: a slot's open transaction holds nothing of the partition yet.
+AT_END = -1
 
 
 def transactional_id(topic: str, partition: int) -> str:
@@ -59,6 +62,9 @@ class ProducerSession:
     # the partition, and each slot's next sequence in the partition.
     slots: dict[int, tuple[int, int]] = field(default_factory=dict)
     slot_sequences: dict[int, int] = field(default_factory=dict)
+    # Slot -> the first local offset of its transaction left open (by a killed run, or a copy
+    # that ended before the source's marker): the replay resumes it instead of aborting it.
+    open_txns: dict[int, int] = field(default_factory=dict)
 
     def older_than(self, seconds: float) -> bool:
         return time.monotonic() - self.opened_at > seconds
@@ -84,10 +90,50 @@ def open_producer(
     pid, epoch = local.init_producer_id(tid, lane=lane)
     session = ProducerSession(pid, epoch, fencing=fencing)
     if txn_slots:
+        left_open = _left_open(local, topic, partition)
         for n in range(TXN_SLOTS):
-            session.slots[n] = local.init_producer_id(slot_id(topic, partition, n), lane=lane,
-                                                      txn_timeout_ms=txn_timeout_ms)  # fmt: skip
+            if n in left_open:
+                session.slots[n], session.slot_sequences[n], session.open_txns[n] = left_open[n]
+            else:
+                session.slots[n] = local.init_producer_id(
+                    slot_id(topic, partition, n), lane=lane, txn_timeout_ms=txn_timeout_ms
+                )
     return session
+
+
+def _left_open(
+    local: Cluster, topic: str, partition: int
+) -> dict[int, tuple[tuple[int, int], int, int]]:
+    """Slot -> ((producer id, epoch), next sequence, first offset) of each slot transaction an
+    earlier run left open with data in the partition. Initialising its id would abort it, and
+    the abort marker would land at the local log end, where the source holds the rest of the
+    transaction: it is resumed instead (``txn_replay``). Empty where the local cluster cannot
+    tell (no DescribeTransactions or DescribeProducers, KIP-664)."""
+    tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
+    states = local.describe_transactions(tids)
+    ongoing = {tid: st for tid, st in (states or {}).items()
+               if st.error_code == 0 and st.state == "Ongoing"}  # fmt: skip
+    if not ongoing:
+        return {}
+    producers = local.describe_producers(topic, partition)
+    if producers is None:
+        return {}
+    known = {p.producer_id: p for p in producers}
+    out: dict[int, tuple[tuple[int, int], int, int]] = {}
+    for n, tid in enumerate(tids):
+        st = ongoing.get(tid)
+        if st is None:
+            continue
+        p = known.get(st.producer_id)
+        if p is not None and p.epoch == st.epoch and p.txn_start >= 0:
+            out[n] = ((st.producer_id, st.epoch), (p.last_sequence + 1) & 0x7FFFFFFF, p.txn_start)
+        else:
+            # Open, with the partition added but none of its data appended yet (a run killed
+            # between AddPartitionsToTxn and its first append or EndTxn): it replays the
+            # source transaction at the local log end (``AT_END``).
+            seq = (p.last_sequence + 1) & 0x7FFFFFFF if p is not None and p.epoch == st.epoch else 0
+            out[n] = ((st.producer_id, st.epoch), seq, AT_END)
+    return out
 
 
 def renew_producer(
@@ -109,7 +155,8 @@ def renew_producer(
     # The transaction slots keep their identities (initialising them again would abort
     # nothing, since none is open between rounds, but costs a request each).
     return ProducerSession(pid, epoch, fencing=True, slots=session.slots,
-                           slot_sequences=session.slot_sequences)  # fmt: skip
+                           slot_sequences=session.slot_sequences,
+                           open_txns=session.open_txns)  # fmt: skip
 
 
 def open_fenced_producers(

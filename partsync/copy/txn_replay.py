@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from partsync.copy.appender import Sender
 from partsync.copy.context import CopyContext
-from partsync.copy.producer import TXN_SLOTS, ProducerSession, slot_id
+from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, slot_id
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
@@ -63,6 +63,8 @@ class TxnReplay:
         self._active = main  # the sender whose appends may be in flight
         self.quiet_at = ctx.plan.local.end  # the last quiet point reached
         self.markers = 0
+        for slot, first in sorted(session.open_txns.items()):
+            self._resume(slot, first)
 
     @property
     def holding(self) -> bool:
@@ -117,8 +119,11 @@ class TxnReplay:
             self._held.clear()
 
     def close(self) -> None:
-        """Close the slots' writers (their appends were waited for, or the copy failed)."""
+        """Close the slots' writers (their appends were waited for, or the copy failed); the
+        session remembers the local transactions still open, for the next round to resume."""
+        self.session.open_txns = {t.slot: t.first for t in self._live.values()}
         for txn in self._live.values():
+            self.session.slot_sequences[txn.slot] = txn.sender.sequence
             txn.writer.close()
         self._live.clear()
 
@@ -146,6 +151,41 @@ class TxnReplay:
             self._switch(self.main)
             self.main.send(b, source, size=size)
 
+    def _resume(self, slot: int, first: int) -> None:
+        """Take up the slot's local transaction an earlier run left open from offset
+        ``first``: it replays the source transaction whose batch is at that offset."""
+        ctx = self.ctx
+        if first == AT_END:  # begun, nothing appended: the transaction at the local end
+            first = ctx.plan.local.end
+        source = ctx.plan.chunks[0].source if ctx.plan.chunks else ctx.plan.serving[0]
+        theirs = batch_at(ctx.open(ctx.sources[source]), source, ctx.topic, ctx.partition, first)
+        if not theirs.is_transactional or theirs.base_offset != first:
+            raise UnsafeError(
+                f"the local transaction left open from offset {first} (slot {slot}) replays no "
+                f"source transaction: {source}'s batch there is {theirs.describe()}",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
+            )  # fmt: skip
+        if theirs.producer_id in self._live:
+            raise PartsyncError(
+                f"two local transactions left open (slots {self._live[theirs.producer_id].slot} "
+                f"and {slot}) replay the same source transaction at offset {first}",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
+            )  # fmt: skip
+        self._live[theirs.producer_id] = self._slot_txn(theirs.producer_id, slot, first)
+        if not theirs.is_control:  # a marker-only transaction just ends
+            self._open[theirs.producer_id] = first
+        ctx.notes.append(f"resumed the local transaction left open from offset {first} (source "
+                         f"producer {theirs.producer_id})")  # fmt: skip
+
+    def _slot_txn(self, source_pid: int, slot: int, first: int) -> _Txn:
+        ctx = self.ctx
+        tid = slot_id(ctx.topic, ctx.partition, slot)
+        writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
+                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+        identity = ProducerSession(*self.session.slots[slot],
+                                   sequence=self.session.slot_sequences.get(slot, 0))  # fmt: skip
+        return _Txn(source_pid, slot, writer, Sender(ctx, writer, identity), first)
+
     def _begin(self, source_pid: int, first: int) -> _Txn:
         """A slot's transaction for the source producer's transaction, with the partition
         added to it."""
@@ -167,10 +207,7 @@ class TxnReplay:
             lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),
             what="AddPartitionsToTxn",
         )
-        writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
-                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
-        identity = ProducerSession(*producer, sequence=self.session.slot_sequences.get(slot, 0))
-        txn = _Txn(source_pid, slot, writer, Sender(ctx, writer, identity), first)
+        txn = self._slot_txn(source_pid, slot, first)
         self._live[source_pid] = txn
         return txn
 

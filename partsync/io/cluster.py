@@ -20,12 +20,15 @@ from partsync._kafka import (
     ELECTION_CODES,
     FENCED_CODES,
     TXN_KEY,
+    ActiveProducer,
     BrokerInfo,
     Connection,
     ErrorCode,
     Metadata,
     TopicMeta,
+    TxnState,
     broker_error,
+    raise_for_code,
 )
 from partsync.config import ClusterRef
 from partsync.errors import (
@@ -395,6 +398,35 @@ class Cluster:
             if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
                 raise broker_error(code, f"{what} for transactional id {transactional_id!r}",
                                    cluster=self.name)  # fmt: skip
+
+    def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer] | None:
+        """The partition's active producers (its leader's producer state), or None where the
+        leader does not offer DescribeProducers (Kafka < 3.0, some other brokers)."""
+        conn = self.broker_conn(self.leader(topic, partition))
+        if not conn.supports("DescribeProducers"):
+            return None
+        code, producers = conn.describe_producers(topic, partition)
+        raise_for_code(code, f"DescribeProducers for {topic}-{partition}", cluster=self.name)
+        return producers
+
+    def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TxnState] | None:
+        """Each transactional id's state, from its coordinator (one request per coordinator),
+        or None where a coordinator does not offer DescribeTransactions."""
+        by_node: dict[int, list[str]] = {}
+        for tid in transactional_ids:
+            code, coord, _cached = self._txn_coordinator(tid, 10.0)
+            if code or coord is None:
+                raise broker_error(code or ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                   f"FindCoordinator for transactional id {tid!r}",
+                                   cluster=self.name)  # fmt: skip
+            by_node.setdefault(coord.node_id, []).append(tid)
+        out: dict[str, TxnState] = {}
+        for node, tids in by_node.items():
+            conn = self.broker_conn(node)
+            if not conn.supports("DescribeTransactions"):
+                return None
+            out.update(conn.describe_transactions(tids))
+        return out
 
     def init_producer_ids(
         self, transactional_ids: list[str], *, lanes: int = 1

@@ -54,6 +54,9 @@ class PartitionResult:
     notes: tuple[str, ...] = ()
     # Where the log would end if this round's last, unanswered append landed (not in JSON).
     unconfirmed_end: int | None = None
+    # Where follow mode waits for more source data, when not at the local end: a replay of
+    # transactions that held batches back for markers not yet written waits past them.
+    wait_from: int | None = None
 
     def with_status(
         self, status: Status, reason: str | None, error: PartsyncError | None = None

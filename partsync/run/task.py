@@ -321,7 +321,8 @@ def run_partition(
         backoff.reset()
         if hooks.wait_for_data is None:
             return merged
-        hooks.wait_for_data(result.local_end_after)
+        waited = result.local_end_after if result.wait_from is None else result.wait_from
+        hooks.wait_for_data(waited)
         if stop.is_set():
             return merged
 

@@ -223,6 +223,15 @@ def compare_chunks(streams: Mapping[str, Iterable[ChunkDigest]], *, start: int =
 _FIELDS = ("offset", "timestamp", "key", "value", "headers", "control")
 
 
+def _marker(r: Record) -> str:
+    kind = int.from_bytes(r.key[2:4], "big", signed=True) if r.key and len(r.key) >= 4 else None
+    return (
+        {0: "an abort", 1: "a commit"}.get(kind, f"of type {kind}")
+        if kind is not None
+        else "malformed"
+    )
+
+
 def describe_record_difference(records: Mapping[str, Record | None], reference: str) -> str:
     """Which record fields differ from the reference cluster's record, in words.
 
@@ -239,6 +248,12 @@ def describe_record_difference(records: Mapping[str, Record | None], reference: 
         if rec is None or ref is None:
             missing = name if rec is None else reference
             parts.append(f"{missing} has no record there")
+            continue
+        if rec.control and ref.control:
+            # Markers: only their type is the source's (``Record.digest``).
+            if rec.key != ref.key:
+                parts.append(f"{name}'s transaction marker is {_marker(rec)}, {reference}'s "
+                             f"{_marker(ref)}")  # fmt: skip
             continue
         fields = [f for f in _FIELDS if getattr(rec, f) != getattr(ref, f)]
         if fields:

@@ -594,6 +594,8 @@ class KafkaCluster:
             "log.retention.check.interval.ms": "1000",
             # The log cleaner looks for work every 250 ms, not 15 s: compaction tests wait less.
             "log.cleaner.backoff.ms": "250",
+            # Timed-out transactions are aborted within a second, not ten.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         }
         listeners = []
         if node.is_broker:

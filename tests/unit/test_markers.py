@@ -10,6 +10,7 @@ import pytest
 
 from partsync.errors import CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, check_appendable, client_header, seal
+from partsync.wire.digest import describe_record_difference
 from partsync.wire.markers import ABORT, COMMIT, marker_type, same_marker
 from partsync.wire.records import decode_records, encode_varint
 from tests.unit.test_batch import TS, build
@@ -85,3 +86,11 @@ def test_replay_lets_transactional_batches_and_markers_through() -> None:
         with pytest.raises(UnsafeError, match="--transactions replay"):
             check_appendable(b)
         check_appendable(b, transactions=True)
+
+
+def test_diff_describes_a_commit_against_an_abort() -> None:
+    ours, theirs = decode_records(marker(COMMIT, epoch=1))[0], decode_records(marker(ABORT))[0]
+    said = describe_record_difference({"a": ours, "local": theirs}, "a")
+    assert said == "local's transaction marker is an abort, a's a commit"
+    same = decode_records(marker(COMMIT, epoch=9, ts=TS + 1))[0]
+    assert describe_record_difference({"a": ours, "local": same}, "a") == "records are equal"
