@@ -259,6 +259,10 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
         return None
     expected = plan.copy_start
     for b in fetched.batches:
+        if b.is_transactional or b.is_control:
+            # A replay (``txn_replay``) or a refusal, either made the usual way.
+            _hand_back(job, out, f"a transaction at offset {b.base_offset}")
+            return None
         try:
             check_next(ctx, b, expected, job.source)
         except UnsafeError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from partsync._kafka import ActiveProducer
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 
@@ -12,6 +13,7 @@ __all__ = [
     "AT_END",
     "TXN_SLOTS",
     "ProducerSession",
+    "fence_slots",
     "open_fenced_producers",
     "open_producer",
     "renew_producer",
@@ -90,19 +92,41 @@ def open_producer(
     pid, epoch = local.init_producer_id(tid, lane=lane)
     session = ProducerSession(pid, epoch, fencing=fencing)
     if txn_slots:
-        left_open = _left_open(local, topic, partition)
-        for n in range(TXN_SLOTS):
-            if n in left_open:
-                session.slots[n], session.slot_sequences[n], session.open_txns[n] = left_open[n]
-            else:
-                session.slots[n] = local.init_producer_id(
-                    slot_id(topic, partition, n), lane=lane, txn_timeout_ms=txn_timeout_ms
-                )
+        producers = local.describe_producers(topic, partition)
+        if producers is not None and any(p.txn_start >= 0 for p in producers):
+            # A transaction is open in the partition (a killed replay's): taken up now,
+            # before the local end is read. Otherwise the slots are fenced when the copy
+            # meets its first transaction (most topics have none).
+            fence_slots(local, topic, partition, session, lane=lane,
+                        txn_timeout_ms=txn_timeout_ms, producers=producers)  # fmt: skip
     return session
 
 
+def fence_slots(
+    local: Cluster,
+    topic: str,
+    partition: int,
+    session: ProducerSession,
+    *,
+    lane: int = 0,
+    txn_timeout_ms: int = 900_000,
+    producers: list[ActiveProducer] | None = None,
+) -> None:
+    """Give ``session`` the partition's transaction slots: each one's transaction a killed
+    run left open is taken up (``_left_open``), every other slot's id is initialised, which
+    fences whoever held it."""
+    left_open = _left_open(local, topic, partition, producers)
+    for n in range(TXN_SLOTS):
+        if n in left_open:
+            session.slots[n], session.slot_sequences[n], session.open_txns[n] = left_open[n]
+        else:
+            session.slots[n] = local.init_producer_id(
+                slot_id(topic, partition, n), lane=lane, txn_timeout_ms=txn_timeout_ms
+            )
+
+
 def _left_open(
-    local: Cluster, topic: str, partition: int
+    local: Cluster, topic: str, partition: int, producers: list[ActiveProducer] | None = None
 ) -> dict[int, tuple[tuple[int, int], int, int]]:
     """Slot -> ((producer id, epoch), next sequence, first offset) of each slot transaction an
     earlier run left open with data in the partition. Initialising its id would abort it, and
@@ -115,7 +139,7 @@ def _left_open(
                if st.error_code == 0 and st.state == "Ongoing"}  # fmt: skip
     if not ongoing:
         return {}
-    producers = local.describe_producers(topic, partition)
+    producers = producers if producers is not None else local.describe_producers(topic, partition)
     if producers is None:
         return {}
     known = {p.producer_id: p for p in producers}

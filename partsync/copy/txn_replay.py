@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from partsync.copy.appender import Sender
 from partsync.copy.context import CopyContext
-from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, slot_id
+from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slots, slot_id
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
@@ -52,9 +52,6 @@ class TxnReplay:
     offset order (``offer``) once transactions are involved, and ``finish`` at the end."""
 
     def __init__(self, ctx: CopyContext, main: Sender, session: ProducerSession) -> None:
-        if not session.slots:
-            raise PartsyncError("replaying transactions needs a session fenced with its slots",
-                                cluster=ctx.local.name)  # fmt: skip
         self.ctx, self.main, self.session = ctx, main, session
         self._held: list[tuple[Batch, str, int]] = []  # (batch, source, budget size)
         self._held_bytes = 0
@@ -198,10 +195,13 @@ class TxnReplay:
                 f"a replay keeps at most {TXN_SLOTS} local transactions open per partition",
                 cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
             )  # fmt: skip
+        self._switch(self.main)  # nothing in flight while the transaction starts
+        if not self.session.slots:  # the copy's first transaction: fence the slots now
+            fence_slots(ctx.local, ctx.topic, ctx.partition, self.session,
+                        txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
         slot = free[0]
         tid = slot_id(ctx.topic, ctx.partition, slot)
         producer = self.session.slots[slot]
-        self._switch(self.main)  # nothing in flight while the transaction starts
         ctx.local.txn_call(
             tid,
             lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),

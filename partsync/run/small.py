@@ -56,10 +56,7 @@ TopicPartition = tuple[str, int]
 def choose_small(tasks: Sequence[PartitionTask]) -> list[PartitionTask]:
     """The tasks whose first round ``first_round_small`` takes: small copies planned moments
     ago by this process, when there are enough of them to pay."""
-    # A replay of transactions fences its transaction slots too, and holds batches back until
-    # their transactions end: the usual way does both.
-    small = [t for t in tasks
-             if t.plan_is_fresh() and fits_small(t.plan) and not t.options.replay_transactions]  # fmt: skip
+    small = [t for t in tasks if t.plan_is_fresh() and fits_small(t.plan)]
     return small if len(small) >= MIN_PARTITIONS else []
 
 

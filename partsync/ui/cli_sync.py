@@ -287,14 +287,14 @@ def plan(
 @click.option(
     "--transactions",
     type=click.Choice(["refuse", "replay"]),
-    default=CopyOptions().transactions,
-    show_default=True,
-    help="Transactional source data and its commit/abort markers: refuse the partition there "
-    "(exit 3, nothing written past it), or replay each source transaction with a local "
-    "transactional producer, its data shallow and its marker (EndTxn) landing at the source "
-    "marker's offset, so read_committed consumers see what they see on the source. A run "
-    "copies up to the last offset where every transaction it saw has ended; the rest waits "
-    "for the next run. Needs fencing.",
+    default=None,
+    help="Transactional source data and its commit/abort markers: replay each source "
+    "transaction with a local transactional producer, its data shallow and its marker "
+    "(EndTxn) landing at the source marker's offset, so read_committed consumers see what "
+    "they see on the source; or refuse the partition there (exit 3, nothing written past it). "
+    "A replay copies up to the last offset where every transaction it saw has ended; the rest "
+    "waits for the next run. [default: replay; refuse with --compaction-holes fill or "
+    "--no-fencing, which a replay does not support yet]",
 )
 @click.option(
     "--transaction-timeout",
@@ -365,7 +365,7 @@ def sync(
     filler_records: int,
     compaction_holes: str,
     hole_key: str,
-    transactions: str,
+    transactions: str | None,
     transaction_timeout: float,
     fencing_renew: float,
     fencing: bool,
@@ -416,11 +416,7 @@ def sync(
         _check_writable(metrics_file)
     if not hole_key:
         raise UsageError("--hole-key: the key of hole records cannot be empty")
-    if transactions == "replay" and compaction_holes == "fill":
-        raise UsageError("--transactions replay with --compaction-holes fill is not supported yet")
-    if transactions == "replay" and not fencing:
-        raise UsageError("--transactions replay needs fencing: its transaction slots are fenced "
-                         "with the partition")  # fmt: skip
+    transactions = _transactions(transactions, compaction_holes, fencing)
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
         memory_budget=memory_budget,
@@ -552,6 +548,19 @@ def sync(
                 f"cannot write metrics file {metrics_file}: {e.strerror or e}"
             ) from None
     raise Exit(code)
+
+
+def _transactions(asked: str | None, compaction_holes: str, fencing: bool) -> str:
+    """--transactions: replay unless asked otherwise, or where a replay is not supported yet
+    (compacted transactional topics, no fencing), which keep refusing as before."""
+    if asked == "replay" and compaction_holes == "fill":
+        raise UsageError("--transactions replay with --compaction-holes fill is not supported yet")
+    if asked == "replay" and not fencing:
+        raise UsageError("--transactions replay needs fencing: its transaction slots are fenced "
+                         "with the partition")  # fmt: skip
+    if asked is None:
+        return "replay" if compaction_holes == "refuse" and fencing else "refuse"
+    return asked
 
 
 def _check_writable(path: str) -> None:

@@ -325,17 +325,18 @@ def test_source_log_start_beyond_local_end_with_no_other_holder(
 
 
 def _stop_then_refuse(
-    clusters: Clusters, psync: Run, topic: str, source: str, at: int, *named: str
-) -> None:
+    clusters: Clusters, psync: Run, topic: str, source: str, at: int, *named: str,
+    args: tuple[str, ...] = (),
+) -> None:  # fmt: skip
     """The first sync copies up to ``at`` and stops there; a second one writes nothing."""
-    r = _sync(psync, topic, source)
+    r = _sync(psync, topic, source, *args)
     e = by_partition(r.json, topic)[0]
     assert r.code == 3, r.stderr
     assert e["status"] == "unsafe" and e["local_end_after"] == at, r.stdout
     assert_prefix_of(clusters.bootstrap(source), clusters.bootstrap("local"), topic, 0, at)
     before = _snapshot(clusters, topic, 1)
 
-    again = _refused(_sync(psync, topic, source), topic, 0, at, *named)
+    again = _refused(_sync(psync, topic, source, *args), topic, 0, at, *named)
 
     assert again["reason"]
     assert _snapshot(clusters, topic, 1) == before
@@ -380,12 +381,15 @@ def test_control_batch_at_the_next_offset(clusters: Clusters, psync: Run, topic:
         pytest.skip(f"{clusters.kind('a')} does not store a control batch from a client ({res})")
     produce(a, topic, records(30, seed=2), partition=0)
 
-    _stop_then_refuse(clusters, psync, topic, "a", 30, "cluster a", "offset 30", "control batch")
+    # Replayed (the default), the marker would be the local coordinator's, at offset 30.
+    _stop_then_refuse(clusters, psync, topic, "a", 30, "cluster a", "offset 30", "control batch",
+                      args=("--transactions", "refuse"))  # fmt: skip
 
 
 @pytest.mark.parametrize("source", ["a", "b"])
 def test_transactional_batch(clusters: Clusters, psync: Run, topic: str, source: str) -> None:
-    """Committed transaction on the source: the copy stops before its first batch."""
+    """Committed transaction on the source, with --transactions refuse: the copy stops before
+    its first batch (replayed by default: test_transactions.py)."""
     bootstrap = clusters.bootstrap(source)
     create_topic(bootstrap, topic, 1)
     create_topic(clusters.bootstrap("local"), topic, 1)
@@ -407,6 +411,7 @@ def test_transactional_batch(clusters: Clusters, psync: Run, topic: str, source:
         f"cluster {source}",
         "offset 50",
         "transactional batch 50..54",
+        args=("--transactions", "refuse"),
     )
 
 

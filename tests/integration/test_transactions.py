@@ -119,11 +119,12 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
     kinds = [(b.is_transactional, b.is_control) for b in fetch_batches(clusters["a"], topic, 0)]
     assert kinds.count((True, True)) == 4, kinds
 
-    refused = psync("sync", "--topic", topic, "--sources", "a", "--json")
+    refused = psync("sync", "--topic", topic, "--sources", "a", "--json", "--transactions",
+                    "refuse")  # fmt: skip
     assert refused.code == 3, refused.stdout + refused.stderr
     assert by_partition(refused.json, topic)[0]["local_end_after"] == 10
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json")  # replay: the default
 
     assert r.code == 0, r.stdout + r.stderr
     e = by_partition(r.json, topic)[0]
