@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from partsync._kafka import ActiveProducer
-from partsync.errors import PartsyncError
+from partsync._kafka import TxnState
+from partsync.errors import ClusterError, PartsyncError
 from partsync.io.cluster import Cluster
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "open_producer",
     "renew_producer",
     "slot_id",
+    "take_up_slots",
     "transactional_id",
 ]
 
@@ -92,14 +93,48 @@ def open_producer(
     pid, epoch = local.init_producer_id(tid, lane=lane)
     session = ProducerSession(pid, epoch, fencing=fencing)
     if txn_slots:
-        producers = local.describe_producers(topic, partition)
-        if producers is not None and any(p.txn_start >= 0 for p in producers):
-            # A transaction is open in the partition (a killed replay's): taken up now,
-            # before the local end is read. Otherwise the slots are fenced when the copy
-            # meets its first transaction (most topics have none).
-            fence_slots(local, topic, partition, session, lane=lane,
-                        txn_timeout_ms=txn_timeout_ms, producers=producers)  # fmt: skip
+        take_up_slots(local, topic, partition, session, lane=lane, txn_timeout_ms=txn_timeout_ms)
     return session
+
+
+_ENDING = ("PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+
+def take_up_slots(
+    local: Cluster,
+    topic: str,
+    partition: int,
+    session: ProducerSession,
+    *,
+    lane: int = 0,
+    txn_timeout_ms: int = 900_000,
+    wait: float = 30.0,
+) -> bool:
+    """At the fence, before the local end is read: the transactions of the partition's slots
+    that an earlier run left open are taken up (``fence_slots``), and those it left ending
+    (EndTxn sent, markers not all written) are waited for, so their markers are in the log
+    the copy plans from. Otherwise (True: nothing open) the slots are fenced when the copy
+    begins its first transaction: most topics have none. Also True where the local cluster
+    cannot tell (no DescribeTransactions, KIP-664)."""
+    tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
+    deadline = time.monotonic() + wait
+    while True:
+        states = local.describe_transactions(tids)
+        if states is None:
+            return True
+        ending = sorted(t for t, st in states.items() if st.state in _ENDING)
+        if not ending:
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError(f"transactions {ending} are still being ended after {wait:g}s; "
+                               "their markers must land before the copy plans",
+                               cluster=local.name, topic=topic, partition=partition)  # fmt: skip
+        time.sleep(0.05)
+    if not any(st.state == "Ongoing" for st in states.values()):
+        return True
+    fence_slots(local, topic, partition, session, lane=lane, txn_timeout_ms=txn_timeout_ms,
+                states=states)  # fmt: skip
+    return False
 
 
 def fence_slots(
@@ -110,12 +145,12 @@ def fence_slots(
     *,
     lane: int = 0,
     txn_timeout_ms: int = 900_000,
-    producers: list[ActiveProducer] | None = None,
+    states: dict[str, TxnState] | None = None,
 ) -> None:
-    """Give ``session`` the partition's transaction slots: each one's transaction a killed
-    run left open is taken up (``_left_open``), every other slot's id is initialised, which
-    fences whoever held it."""
-    left_open = _left_open(local, topic, partition, producers)
+    """Give ``session`` the partition's transaction slots: each one's transaction an earlier
+    run left open is taken up (``_left_open``, into ``session.open_txns``), every other slot's
+    id is initialised, which fences whoever held it."""
+    left_open = _left_open(local, topic, partition, states)
     for n in range(TXN_SLOTS):
         if n in left_open:
             session.slots[n], session.slot_sequences[n], session.open_txns[n] = left_open[n]
@@ -126,20 +161,20 @@ def fence_slots(
 
 
 def _left_open(
-    local: Cluster, topic: str, partition: int, producers: list[ActiveProducer] | None = None
+    local: Cluster, topic: str, partition: int, states: dict[str, TxnState] | None = None
 ) -> dict[int, tuple[tuple[int, int], int, int]]:
     """Slot -> ((producer id, epoch), next sequence, first offset) of each slot transaction an
-    earlier run left open with data in the partition. Initialising its id would abort it, and
-    the abort marker would land at the local log end, where the source holds the rest of the
+    earlier run left open in the partition. Initialising its id would abort it, and the abort
+    marker would land at the local log end, where the source holds the rest of the
     transaction: it is resumed instead (``txn_replay``). Empty where the local cluster cannot
     tell (no DescribeTransactions or DescribeProducers, KIP-664)."""
     tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
-    states = local.describe_transactions(tids)
-    ongoing = {tid: st for tid, st in (states or {}).items()
-               if st.error_code == 0 and st.state == "Ongoing"}  # fmt: skip
+    if states is None:
+        states = local.describe_transactions(tids)
+    ongoing = {tid: st for tid, st in (states or {}).items() if st.state == "Ongoing"}
     if not ongoing:
         return {}
-    producers = producers if producers is not None else local.describe_producers(topic, partition)
+    producers = local.describe_producers(topic, partition)
     if producers is None:
         return {}
     known = {p.producer_id: p for p in producers}

@@ -21,8 +21,11 @@ left open: the next run's fence of the slots aborts it (docs/how-it-works.md say
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
+from partsync._kafka import broker_error
 from partsync.copy.appender import Sender
 from partsync.copy.context import CopyContext
 from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slots, slot_id
@@ -30,7 +33,7 @@ from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, Un
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
 from partsync.retry import Backoff
-from partsync.wire.batch import Batch
+from partsync.wire.batch import Batch, iter_batches
 from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
 
 __all__ = ["TxnReplay"]
@@ -57,6 +60,7 @@ class TxnReplay:
         self._held_bytes = 0
         self._open: dict[int, int] = {}  # source producer id -> its first offset, seen in order
         self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
+        self._writers: dict[int, SharedWriter] = {}  # slot -> its writer
         self._active = main  # the sender whose appends may be in flight
         self.quiet_at = ctx.plan.local.end  # the last quiet point reached
         self.markers = 0
@@ -77,6 +81,14 @@ class TxnReplay:
             self._open.pop(b.producer_id, None)
         elif b.is_transactional:
             self._open.setdefault(b.producer_id, b.base_offset)
+            if len(self._open) > TXN_SLOTS:  # before any of them is begun
+                raise UnsafeError(
+                    f"more than {TXN_SLOTS} source transactions are open at once at offset "
+                    f"{b.base_offset}; a replay keeps at most {TXN_SLOTS} local transactions "
+                    "open per partition",
+                    cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
+                    offset=b.base_offset,
+                )  # fmt: skip
         if not self._open and not self._held:
             self._append(b, source, size)
             self.quiet_at = b.next_offset
@@ -108,10 +120,14 @@ class TxnReplay:
                                   for pid, first in sorted(self._open.items(),
                                                            key=lambda kv: kv[1]))  # fmt: skip
             self.ctx.stopped_at = self.quiet_at
+            resumed = ", ".join(f"{t.first}" for t in self._live.values())
+            kept = (f"; the local transaction resumed from offset {resumed} stays open until "
+                    "then" if resumed else "")  # fmt: skip
             self.ctx.notes.append(
                 f"copied up to offset {self.quiet_at}: the source's transactions of {open_txns} "
-                "have no marker in the range yet (a replay never leaves a local transaction "
-                "open); the next run copies them once the source has ended them"
+                "have no marker in the range yet (a replay holds a transaction's batches back "
+                f"until its marker){kept}; the next run copies them once the source has ended "
+                "them"
             )
             self._held.clear()
 
@@ -121,8 +137,10 @@ class TxnReplay:
         self.session.open_txns = {t.slot: t.first for t in self._live.values()}
         for txn in self._live.values():
             self.session.slot_sequences[txn.slot] = txn.sender.sequence
-            txn.writer.close()
         self._live.clear()
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -176,9 +194,12 @@ class TxnReplay:
 
     def _slot_txn(self, source_pid: int, slot: int, first: int) -> _Txn:
         ctx = self.ctx
-        tid = slot_id(ctx.topic, ctx.partition, slot)
-        writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
-                                      timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+        writer = self._writers.get(slot)
+        if writer is None or writer.broken:  # one per slot, for all its transactions
+            tid = slot_id(ctx.topic, ctx.partition, slot)
+            writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
+                                          timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+            self._writers[slot] = writer
         identity = ProducerSession(*self.session.slots[slot],
                                    sequence=self.session.slot_sequences.get(slot, 0))  # fmt: skip
         return _Txn(source_pid, slot, writer, Sender(ctx, writer, identity), first)
@@ -195,10 +216,13 @@ class TxnReplay:
                 f"a replay keeps at most {TXN_SLOTS} local transactions open per partition",
                 cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
             )  # fmt: skip
-        self._switch(self.main)  # nothing in flight while the transaction starts
-        if not self.session.slots:  # the copy's first transaction: fence the slots now
-            fence_slots(ctx.local, ctx.topic, ctx.partition, self.session,
-                        txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
+        # Nothing in flight while the transaction starts: a run killed from here to its first
+        # append leaves it open with nothing appended, and the next run resumes it for the
+        # source transaction at its local end, which must be this one's first batch.
+        self._switch(self.main)
+        self.main.wait_confirmed()
+        if not self.session.slots:
+            self._fence_slots()
         slot = free[0]
         tid = slot_id(ctx.topic, ctx.partition, slot)
         producer = self.session.slots[slot]
@@ -210,6 +234,23 @@ class TxnReplay:
         txn = self._slot_txn(source_pid, slot, first)
         self._live[source_pid] = txn
         return txn
+
+    def _fence_slots(self) -> None:
+        """The copy's first transaction: fence the slots now. The fence planned none open
+        (``producer.take_up_slots``); one found now is another writer's or a killed run's
+        since, and the round is planned again, which takes it up."""
+        ctx = self.ctx
+        fence_slots(ctx.local, ctx.topic, ctx.partition, self.session,
+                    txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
+        _b, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
+        if self.session.open_txns or leo != ctx.confirmed_end:
+            raise ClusterError(
+                f"a transaction of this partition's slots was open (or was aborted: the local "
+                f"log ends at {leo}, not {ctx.confirmed_end}) when the copy began its first; "
+                "planning again",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                offset=ctx.confirmed_end,
+            )  # fmt: skip
 
     def _end(self, b: Batch, source: str, size: int) -> None:
         """End the slot's transaction as the source's marker ``b`` ended it, and wait until
@@ -227,50 +268,93 @@ class TxnReplay:
             )  # fmt: skip
         tid = slot_id(ctx.topic, ctx.partition, txn.slot)
         producer = self.session.slots[txn.slot]
+        # The local log itself, not only what this copy confirmed, must end at the marker's
+        # offset: nothing else may be on its way there (an earlier transaction's marker; the
+        # fence waited for those, and each marker of this copy is checked to end the log).
+        leo = b.base_offset
+        if self.markers == 0:
+            _b, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
+        if leo != b.base_offset:
+            raise AppendMismatchError(
+                f"the local log ends at {leo}, not at the source's "
+                f"{marker_name(marker_type(b))} marker's offset {b.base_offset}",
+                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                offset=b.base_offset,
+            )  # fmt: skip
         ctx.unconfirmed_end = b.next_offset  # from here the marker may land
         ctx.local.txn_call(tid, lambda conn: conn.try_end_txn(tid, producer, commit), what="EndTxn")
-        self._await_marker(b, commit)
+        self._await_marker(b, commit, producer)
         ctx.unconfirmed_end = None
         self.session.slot_sequences[txn.slot] = txn.sender.sequence
         del self._live[b.producer_id]
         self._active = self.main
-        txn.writer.close()
         ctx.confirmed(source, size, b.next_offset)
         ctx.budget.release(size)
         self.markers += 1
 
-    def _await_marker(self, b: Batch, commit: bool) -> None:
+    def _await_marker(self, b: Batch, commit: bool, producer: tuple[int, int]) -> None:
         """EndTxn is answered before the coordinator writes its markers: wait until the local
-        log holds a marker of the same kind at ``b``'s offset, replicated, and nothing after
-        it."""
+        log holds a marker of the same kind at ``b``'s offset, replicated (a Fetch there waits
+        for it: a consumer's Fetch returns nothing beyond the high watermark), with nothing
+        after it."""
         ctx = self.ctx
         at = b.base_offset
         kind = marker_name(COMMIT if commit else ABORT)
-        backoff = Backoff(0.002, 0.1, deadline=ctx.opts.produce_timeout_ms / 1000)
+        where: dict[str, Any] = {"cluster": ctx.local.name, "topic": ctx.topic,
+                                 "partition": ctx.partition, "offset": at}  # fmt: skip
+        conn = ctx.open(ctx.local)
+        deadline = time.monotonic() + ctx.opts.produce_timeout_ms / 1000
         while True:
             ctx.check_running()
-            bounds, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
-            if bounds.end > at:  # the high watermark covers it, so the log end does too
+            got = conn.fetch(ctx.topic, [(ctx.partition, at, 64 << 10)], max_wait_ms=200,
+                             min_bytes=1)[ctx.partition]  # fmt: skip
+            if got.error_code:
+                raise broker_error(got.error_code, f"reading the {kind} marker back", **where)
+            landed = list(iter_batches(got.records, start=at))
+            if landed:
                 break
-            if not backoff.wait():
+            if time.monotonic() > deadline:
                 raise ClusterError(
                     f"the {kind} marker of the transaction replayed for offset {at} did not "
-                    f"land within {ctx.opts.produce_timeout_ms / 1000:g}s (the local log ends "
-                    f"at {leo}, its high watermark at {bounds.end})",
-                    cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+                    f"land within {ctx.opts.produce_timeout_ms / 1000:g}s (the local high "
+                    f"watermark is {got.high_watermark})",
+                    **where,
                 )  # fmt: skip
-        got = batch_at(ctx.open(ctx.local), ctx.local.name, ctx.topic, ctx.partition, at)
-        if leo != at + 1 or got.base_offset != at or not got.is_control:
+        first = landed[0]
+        if first.base_offset != at:
             raise AppendMismatchError(
-                f"the replayed transaction's marker for offset {at} did not land there alone "
-                f"(the local log ends at {leo}; its batch at {at} is {got.describe()}): another "
-                "writer or a changed log; stopped writing",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+                f"the replayed transaction's marker for offset {at} did not land there (the "
+                f"batch at {at} is {first.describe()}): another writer or a changed log; "
+                "stopped writing",
+                **where,
             )  # fmt: skip
-        if (marker_type(got) == COMMIT) != commit:
+        if (first.producer_id, first.producer_epoch) != producer:
             raise AppendMismatchError(
-                f"the local marker at offset {at} is an {marker_name(marker_type(got))}, the "
-                f"source's a {kind}: the local transaction was ended by someone else (its "
-                "timeout?)",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=at,
+                f"the marker at offset {at} ends producer {first.producer_id}'s transaction "
+                f"(epoch {first.producer_epoch}), not the replay's (producer {producer[0]}, "
+                f"epoch {producer[1]}): another writer or a changed log; stopped writing",
+                **where,
             )  # fmt: skip
+        if not first.is_control or (marker_type(first) == COMMIT) != commit:
+            got_kind = marker_name(marker_type(first)) if first.is_control else "no marker"
+            raise AppendMismatchError(
+                f"the local batch at offset {at} is {got_kind}, the source's a {kind} marker: "
+                "the local transaction was ended by someone else (its timeout?)",
+                **where,
+            )  # fmt: skip
+        # Alone and replicated: the log ends right after it and the high watermark has
+        # reached it (a Fetch answer's high watermark may be older than its records).
+        backoff = Backoff(0.002, 0.05, deadline=ctx.opts.hw_wait_s)
+        while True:
+            bounds, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
+            if leo != at + 1:
+                raise AppendMismatchError(
+                    f"the local log ends at {leo} right after the replayed transaction's "
+                    f"marker at offset {at}: another writer or a changed log; stopped writing",
+                    **where,
+                )  # fmt: skip
+            if bounds.end == leo:
+                return
+            if not backoff.wait():
+                raise ClusterError(f"the marker at offset {at} is not replicated after "
+                                   f"{ctx.opts.hw_wait_s:g}s", **where)  # fmt: skip

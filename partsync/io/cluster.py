@@ -402,6 +402,7 @@ class Cluster:
     def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer] | None:
         """The partition's active producers (its leader's producer state), or None where the
         leader does not offer DescribeProducers (Kafka < 3.0, some other brokers)."""
+        self.metadata(refresh=True)  # any replica answers: ask the partition's leader of now
         conn = self.broker_conn(self.leader(topic, partition))
         if not conn.supports("DescribeProducers"):
             return None
@@ -409,24 +410,45 @@ class Cluster:
         raise_for_code(code, f"DescribeProducers for {topic}-{partition}", cluster=self.name)
         return producers
 
-    def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TxnState] | None:
+    def describe_transactions(
+        self, transactional_ids: list[str], *, timeout: float = 30.0
+    ) -> dict[str, TxnState] | None:
         """Each transactional id's state, from its coordinator (one request per coordinator),
-        or None where a coordinator does not offer DescribeTransactions."""
-        by_node: dict[int, list[str]] = {}
-        for tid in transactional_ids:
-            code, coord, _cached = self._txn_coordinator(tid, 10.0)
-            if code or coord is None:
-                raise broker_error(code or ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   f"FindCoordinator for transactional id {tid!r}",
-                                   cluster=self.name)  # fmt: skip
-            by_node.setdefault(coord.node_id, []).append(tid)
+        or None where a coordinator does not offer DescribeTransactions. An id its coordinator
+        does not know (TRANSACTIONAL_ID_NOT_FOUND) is returned as it is; a coordinator that is
+        loading or moved is asked again until ``timeout``; any other error raises."""
+        backoff = Backoff(0.05, 1.0, deadline=timeout)
         out: dict[str, TxnState] = {}
-        for node, tids in by_node.items():
-            conn = self.broker_conn(node)
-            if not conn.supports("DescribeTransactions"):
-                return None
-            out.update(conn.describe_transactions(tids))
-        return out
+        todo = list(transactional_ids)
+        while True:
+            by_node: dict[int, list[str]] = {}
+            retry: list[str] = []
+            for tid in todo:
+                code, coord, _cached = self._txn_coordinator(tid, backoff.remaining or 0.0)
+                if code or coord is None:
+                    retry.append(tid)
+                else:
+                    by_node.setdefault(coord.node_id, []).append(tid)
+            for node, tids in by_node.items():
+                conn = self.broker_conn(node)
+                if not conn.supports("DescribeTransactions"):
+                    return None
+                for tid, st in conn.describe_transactions(tids).items():
+                    if st.error_code in COORDINATOR_RETRY_CODES:
+                        self._forget_txn_coordinator(tid)
+                        retry.append(tid)
+                    elif st.error_code not in (0, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND):
+                        raise broker_error(st.error_code, f"DescribeTransactions for "
+                                           f"transactional id {tid!r}", cluster=self.name)  # fmt: skip
+                    else:
+                        out[tid] = st
+            if not retry:
+                return out
+            if not backoff.wait():
+                raise ClusterError(f"the coordinators of transactional ids {retry} did not "
+                                   f"answer DescribeTransactions within {timeout:g}s",
+                                   cluster=self.name)  # fmt: skip
+            todo = retry
 
     def init_producer_ids(
         self, transactional_ids: list[str], *, lanes: int = 1

@@ -92,6 +92,24 @@ def _assert_mirrored(clusters: Clusters, topic: str, source: str = "a") -> None:
         assert seen[0] and seen[1] == seen[0], isolation
 
 
+def _source_end(clusters: Clusters, topic: str) -> int:
+    """The source partition's end once every marker of its ended transactions has landed
+    (librdkafka's commit returns when the coordinator has the decision, before the markers)."""
+    from partsync._kafka import Connection
+
+    src = clusters["a"]
+    with Connection(src.host, src.port, cluster="a") as conn:
+        deadline = time.monotonic() + 30
+        while conn.supports("DescribeProducers") and time.monotonic() < deadline:
+            code, producers = conn.describe_producers(topic, 0)
+            if code or not any(p.txn_start >= 0 for p in producers):
+                break
+            time.sleep(0.02)
+        else:
+            time.sleep(1.0)  # a broker that cannot tell: its markers are written by now
+    return ends(src, topic, 1)[0]
+
+
 def _source_topic(clusters: Clusters, topic: str) -> None:
     create_topic(clusters.bootstrap("a"), topic, 1, UNLIMITED_RETENTION)
     create_topic(clusters.bootstrap("local"), topic, 1, UNLIMITED_RETENTION)
@@ -115,7 +133,7 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
     t2.send(topic, records(2, seed=7)).commit()
     t1.abort()
     produce(a, topic, records(10, seed=8), partition=0)
-    end = ends(clusters["a"], topic, 1)[0]
+    end = _source_end(clusters, topic)
     kinds = [(b.is_transactional, b.is_control) for b in fetch_batches(clusters["a"], topic, 0)]
     assert kinds.count((True, True)) == 4, kinds
 
@@ -158,7 +176,7 @@ def test_a_transaction_still_open_in_the_source_waits_for_its_marker(
     assert ends(clusters["local"], topic, 1) == {0: 10}
 
     t1.send(topic, records(2, seed=4)).commit()
-    end = ends(clusters["a"], topic, 1)[0]
+    end = _source_end(clusters, topic)
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
     assert r.code == 0, r.stdout + r.stderr
     assert by_partition(r.json, topic)[0]["local_end_after"] == end
@@ -308,7 +326,7 @@ def test_a_follower_waits_for_the_marker_of_an_open_transaction(
         assert idle < 40, (idle, dict(clusters.proxy.requests))
         assert ends(local, topic, 1)[0] == 10
         t1.send(topic, records(2, seed=4)).commit()
-        end = ends(clusters["a"], topic, 1)[0]
+        end = _source_end(clusters, topic)
         _wait("the rest after the commit", lambda: ends(local, topic, 1)[0] == end, 60, f.stderr)
     finally:
         f.stop()
