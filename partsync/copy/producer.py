@@ -109,19 +109,19 @@ def take_up_slots(
     lane: int = 0,
     txn_timeout_ms: int = 900_000,
     wait: float = 30.0,
-) -> bool:
+) -> None:
     """At the fence, before the local end is read: the transactions of the partition's slots
     that an earlier run left open are taken up (``fence_slots``), and those it left ending
     (EndTxn sent, markers not all written) are waited for, so their markers are in the log
-    the copy plans from. Otherwise (True: nothing open) the slots are fenced when the copy
-    begins its first transaction: most topics have none. Also True where the local cluster
-    cannot tell (no DescribeTransactions, KIP-664)."""
+    the copy plans from. Otherwise (nothing open, or a local cluster that cannot tell: no
+    DescribeTransactions, KIP-664) the slots are fenced when the copy begins its first
+    transaction: most topics have none."""
     tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
     deadline = time.monotonic() + wait
     while True:
         states = local.describe_transactions(tids)
         if states is None:
-            return True
+            return
         ending = sorted(t for t, st in states.items() if st.state in _ENDING)
         if not ending:
             break
@@ -130,11 +130,9 @@ def take_up_slots(
                                "their markers must land before the copy plans",
                                cluster=local.name, topic=topic, partition=partition)  # fmt: skip
         time.sleep(0.05)
-    if not any(st.state == "Ongoing" for st in states.values()):
-        return True
-    fence_slots(local, topic, partition, session, lane=lane, txn_timeout_ms=txn_timeout_ms,
-                states=states)  # fmt: skip
-    return False
+    if any(st.state == "Ongoing" for st in states.values()):
+        fence_slots(local, topic, partition, session, lane=lane, txn_timeout_ms=txn_timeout_ms,
+                    states=states)  # fmt: skip
 
 
 def fence_slots(
