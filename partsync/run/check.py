@@ -192,11 +192,29 @@ def _local_findings(
     if opts.fencing:
         _step(check, "fencing",
               lambda: _fencing_findings(cluster, plans, maybe_super))  # fmt: skip
+        _step(check, "transactions", lambda: [_replay_finding(cluster)])
     else:
         check.findings.append(_idempotent_finding(cluster_ops, check.findings))
     if opts.group is not None:
         group = opts.group
         _step(check, f"group {group}", lambda: _group_findings(cluster, group))
+
+
+def _replay_finding(cluster: Cluster) -> Finding:
+    """Whether a replay of transactions (sync's default with fencing) that is killed in the
+    middle of one can be resumed by the next run: that needs the local cluster to describe
+    transactions and producers (KIP-664, Kafka 3.0+)."""
+    need = "DescribeTransactions, DescribeProducers"
+    offered = cluster.ask(lambda c: c.supports("DescribeTransactions")
+                          and c.supports("DescribeProducers"))  # fmt: skip
+    if offered:
+        return Finding("cluster", need, Verdict.OK,
+                       "a replay of transactions killed mid-transaction is resumed by the next "
+                       "run (KIP-664)")  # fmt: skip
+    return Finding("cluster", need, Verdict.WARNING,
+                   "not offered (Kafka < 3.0?): a run killed while replaying a transaction "
+                   "leaves it to be aborted, and the partition then diverges there; sync with "
+                   "--transactions refuse to copy no transactions")  # fmt: skip
 
 
 def _idempotent_finding(cluster_ops: frozenset[int] | None, found: list[Finding]) -> Finding:
