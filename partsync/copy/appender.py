@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partsync._kafka import (
     FENCED_CODES,
@@ -53,6 +53,9 @@ from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
 from partsync.wire.holes import fill_inner_holes, gap_batches, gap_stamp
+
+if TYPE_CHECKING:
+    from partsync.copy.txn_replay import TxnReplay
 
 __all__ = ["Sender", "append_in_order", "check_next", "finish"]
 
@@ -122,14 +125,11 @@ def append_in_order(
                         # copied batch.
                         expected = _fill(ctx, sender, expected, b.base_offset)
                     elif ctx.opts.fill_holes and b.base_offset > expected:
-                        expected = _fill_holes(ctx, sender, expected, b.base_offset, source,
-                                               gap_stamp(last, b))  # fmt: skip
+                        expected = _fill_holes(ctx, replay or sender, expected, b.base_offset,
+                                               source, gap_stamp(last, b))  # fmt: skip
                     out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
                     check_next(ctx, out, expected, source)
-                    if replay is not None:
-                        replay.offer(out, source, b.size)
-                    else:
-                        sender.send(out, source, size=b.size, holes=holes)
+                    (replay or sender).send(out, source, size=b.size, holes=holes)
                     start = ctx.plan.copy_start
                     if ctx.plan.bootstrap and b.base_offset < start <= b.last_offset:
                         # The first copied batch begins below the sources' log start: once it
@@ -429,7 +429,7 @@ def _needs_compacted(ctx: CopyContext, offset: int, source: str) -> None:
 
 
 def _fill_holes(
-    ctx: CopyContext, sender: Sender, start: int, to: int, source: str, stamp: int
+    ctx: CopyContext, sender: Sender | TxnReplay, start: int, to: int, source: str, stamp: int
 ) -> int:
     """Append hole records over ``[start, to)``, a compaction hole between two of ``source``'s
     batches (``wire.holes``), timestamped ``stamp``; each batch verified like a copied one.

@@ -69,10 +69,6 @@ class CopyOptions:
             raise ValueError("hole_key must not be empty")
         if self.transactions not in ("refuse", "replay"):
             raise ValueError("transactions must be 'refuse' or 'replay'")
-        if self.replay_transactions and self.fill_holes:
-            # A gap's hole records would have to be ordered among held transactional batches.
-            raise ValueError("replaying transactions and filling compaction holes together is "
-                             "not supported yet")  # fmt: skip
         if self.replay_transactions and not self.fencing:
             raise ValueError("replaying transactions needs fencing (the transaction slots' "
                              "transactional ids are the partition's own)")  # fmt: skip

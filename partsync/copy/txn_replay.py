@@ -39,6 +39,23 @@ from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
 __all__ = ["TxnReplay"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A batch taken and not yet appended, with how to append it (``Sender.send``)."""
+
+    batch: Batch
+    source: str
+    at: int | None
+    filler: bool
+    size: int  # budget bytes it holds
+    holes: int
+
+    @property
+    def next_offset(self) -> int:
+        base = self.batch.base_offset if self.at is None else self.at
+        return base + self.batch.last_offset_delta + 1
+
+
 @dataclass(eq=False)
 class _Txn:
     """A source transaction being replayed by a local slot."""
@@ -56,7 +73,7 @@ class TxnReplay:
 
     def __init__(self, ctx: CopyContext, main: Sender, session: ProducerSession) -> None:
         self.ctx, self.main, self.session = ctx, main, session
-        self._held: list[tuple[Batch, str, int]] = []  # (batch, source, budget size)
+        self._held: list[_Held] = []
         self._held_bytes = 0
         self._open: dict[int, int] = {}  # source producer id -> its first offset, seen in order
         self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
@@ -73,13 +90,23 @@ class TxnReplay:
 
     # -- what the appender hands over ------------------------------------------------------
 
-    def offer(self, b: Batch, source: str, size: int) -> None:
-        """Take the next batch (checked by the appender): held while any transaction seen is
+    def send(
+        self,
+        b: Batch,
+        source: str,
+        *,
+        at: int | None = None,
+        filler: bool = False,
+        size: int | None = None,
+        holes: int = 0,
+    ) -> None:
+        """Take the next batch (checked by the appender; the arguments are ``Sender.send``'s,
+        for hole batches and batches with holes filled): held while any transaction seen is
         open, appended with everything held once none is."""
         if b.is_control:
             marker_type(b)  # only commit and abort markers can be replayed
             self._open.pop(b.producer_id, None)
-        elif b.is_transactional:
+        elif b.is_transactional and not filler:
             self._open.setdefault(b.producer_id, b.base_offset)
             if len(self._open) > TXN_SLOTS:  # before any of them is begun
                 raise UnsafeError(
@@ -89,17 +116,19 @@ class TxnReplay:
                     cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
                     offset=b.base_offset,
                 )  # fmt: skip
+        item = _Held(b, source, at, filler, 0 if filler else b.size if size is None else size,
+                     holes)  # fmt: skip
         if not self._open and not self._held:
-            self._append(b, source, size)
-            self.quiet_at = b.next_offset
+            self._append(item)
+            self.quiet_at = item.next_offset
             return
-        self._held.append((b, source, size))
-        self._held_bytes += size
+        self._held.append(item)
+        self._held_bytes += item.size
         if not self._open:
             held, self._held, self._held_bytes = self._held, [], 0
-            for hb, hsource, hsize in held:
-                self._append(hb, hsource, hsize)
-            self.quiet_at = b.next_offset
+            for h in held:
+                self._append(h)
+            self.quiet_at = item.next_offset
         elif self._held_bytes > self.ctx.opts.max_in_flight_bytes:
             pid, first = min(self._open.items(), key=lambda kv: kv[1])
             raise UnsafeError(
@@ -155,16 +184,17 @@ class TxnReplay:
         """Return once every append sent so far was verified."""
         self._active.wait_confirmed()
 
-    def _append(self, b: Batch, source: str, size: int) -> None:
+    def _append(self, h: _Held) -> None:
+        b = h.batch
         if b.is_control:
-            self._end(b, source, size)
-        elif b.is_transactional:
+            self._end(b, h.source, h.size)
+        elif b.is_transactional and not h.filler:
             txn = self._live.get(b.producer_id) or self._begin(b.producer_id, b.base_offset)
             self._switch(txn.sender)
-            txn.sender.send(b, source, size=size)
+            txn.sender.send(b, h.source, size=h.size, holes=h.holes)
         else:
             self._switch(self.main)
-            self.main.send(b, source, size=size)
+            self.main.send(b, h.source, at=h.at, filler=h.filler, size=h.size, holes=h.holes)
 
     def _resume(self, slot: int, first: int) -> None:
         """Take up the slot's local transaction an earlier run left open from offset

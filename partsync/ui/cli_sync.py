@@ -293,8 +293,8 @@ def plan(
     "(EndTxn) landing at the source marker's offset, so read_committed consumers see what "
     "they see on the source; or refuse the partition there (exit 3, nothing written past it). "
     "A replay copies up to the last offset where every transaction it saw has ended; the rest "
-    "waits for the next run. [default: replay; refuse with --compaction-holes fill or "
-    "--no-fencing, which a replay does not support yet]",
+    "waits for the next run. [default: replay; refuse with --no-fencing, which a replay "
+    "needs]",
 )
 @click.option(
     "--transaction-timeout",
@@ -416,7 +416,7 @@ def sync(
         _check_writable(metrics_file)
     if not hole_key:
         raise UsageError("--hole-key: the key of hole records cannot be empty")
-    transactions = _transactions(transactions, compaction_holes, fencing)
+    transactions = _transactions(transactions, fencing)
     opts = CopyOptions(
         max_in_flight_bytes=max_in_flight_bytes,
         memory_budget=memory_budget,
@@ -550,16 +550,14 @@ def sync(
     raise Exit(code)
 
 
-def _transactions(asked: str | None, compaction_holes: str, fencing: bool) -> str:
-    """--transactions: replay unless asked otherwise, or where a replay is not supported yet
-    (compacted transactional topics, no fencing), which keep refusing as before."""
-    if asked == "replay" and compaction_holes == "fill":
-        raise UsageError("--transactions replay with --compaction-holes fill is not supported yet")
+def _transactions(asked: str | None, fencing: bool) -> str:
+    """--transactions: replay unless asked otherwise, or without fencing, which a replay needs
+    (its transaction slots are fenced with the partition): that keeps refusing as before."""
     if asked == "replay" and not fencing:
         raise UsageError("--transactions replay needs fencing: its transaction slots are fenced "
                          "with the partition")  # fmt: skip
     if asked is None:
-        return "replay" if compaction_holes == "refuse" and fencing else "refuse"
+        return "replay" if fencing else "refuse"
     return asked
 
 

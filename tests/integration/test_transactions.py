@@ -331,3 +331,134 @@ def test_a_follower_waits_for_the_marker_of_an_open_transaction(
     finally:
         f.stop()
     _assert_mirrored(clusters, topic)
+
+
+@pytest.mark.kafka_only
+def test_a_compacted_transactional_topic_is_replayed_with_its_holes_filled(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Apache Kafka's cleaner on a transactional topic: it removes records superseded inside a
+    committed transaction's batch, and an aborted transaction's batch altogether, keeping the
+    markers (delete.retention.ms). The mirror replays the transactions, re-encodes the holey
+    batch inside its local transaction, and fills the removed batch's offsets and the holes
+    with hole records; its markers are where the source's are, and both isolation levels read
+    the source's records at their offsets."""
+    from partsync.wire.holes import HOLE_HEADER, HOLE_KEY
+    from tests.integration.sync_support import consumed
+
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, 1, {**UNLIMITED_RETENTION, "cleanup.policy": "compact",
+                               "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                               "delete.retention.ms": "600000"})  # fmt: skip
+    create_topic(clusters.bootstrap("local"), topic, 1,
+                 {**UNLIMITED_RETENTION, "cleanup.policy": "compact"})  # fmt: skip
+    t1 = _txn(clusters, "a", f"{topic}-t1", "lz4")
+    t2 = _txn(clusters, "a", f"{topic}-t2", "zstd")
+
+    def keyed(keys: range, n: int) -> list[Rec]:
+        return [Rec(key=b"key-%d" % k, value=b"round %d key %d " % (n, k) * 8,
+                    timestamp_ms=1_700_000_000_000 + 1000 * n + k) for k in keys]  # fmt: skip
+
+    t1.begin().send(topic, keyed(range(10), 0)).commit()
+    time.sleep(0.3)  # each round in a segment of its own (segment.ms)
+    t2.begin().send(topic, keyed(range(20, 25), 1)).abort()
+    time.sleep(0.3)
+    t1.begin().send(topic, keyed(range(5), 2)).commit()
+    time.sleep(0.3)
+    # t2 writes again, so its aborted batch is not its last and the cleaner drops it whole:
+    # an offset gap, and an abort marker whose transaction has no record left.
+    t2.begin().send(topic, keyed(range(30, 32), 3)).commit()
+    time.sleep(0.3)
+    produce(a, topic, keyed(range(100, 101), 4), partition=0)  # rolls round 3's segment
+    end = _source_end(clusters, topic)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # until the cleaner has removed the superseded
+        held = consumed(a, topic, 0)
+        stored = fetch_batches(clusters["a"], topic, 0)
+        # 5 of round 0, none of the aborted round 1 (its batch gone), 5 + 2 + 1.
+        if len(held) == 13 and not any(b.base_offset == 11 for b in stored):
+            break
+        time.sleep(0.5)
+    assert len(held) == 13, f"Kafka's cleaner left {len(held)} records"
+    assert any(b.is_transactional and b.has_holes for b in stored), "no holes inside a batch"
+    assert not any(b.base_offset <= 11 <= b.last_offset for b in stored), "no gap"
+    assert sum(b.is_control for b in stored) == 4, [b.describe() for b in stored]
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes", "fill")
+
+    assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "synced" and e["local_end_after"] == end, e
+    # Kafka removes the aborted batch's records but may keep the batch, empty, for its
+    # producer's last sequence: re-encoded like the holey one, or filled as a gap.
+    holey = sum(b.has_holes for b in stored)
+    assert e["batches_reencoded"] == holey and e["holes_filled"] == end - 13 - 4, e
+    markers = [(b.base_offset, marker_type(b)) for b in stored if b.is_control]
+    local_batches = fetch_batches(clusters["local"], topic, 0)
+    assert [(b.base_offset, marker_type(b)) for b in local_batches if b.is_control] == markers
+    for isolation in ("read_committed", "read_uncommitted"):
+        src = {r.offset: r for r in consume_all(a, topic, 0, isolation=isolation)}
+        got = consume_all(clusters.bootstrap("local"), topic, 0, isolation=isolation)
+        assert {r.offset for r in got} >= set(src), isolation
+        for rec in got:
+            if rec.offset in src:
+                assert rec == src[rec.offset], (isolation, rec)
+            else:
+                assert (rec.key, rec.value) == (HOLE_KEY, None), (isolation, rec)
+                assert (HOLE_HEADER, None) in rec.headers, (isolation, rec)
+    # Record level only: the local cleaner soon cleans the mirror too (a marker, stamped now,
+    # rolls the segment of records stamped in 2023), dropping hole records under the one key
+    # from its batches, which then differ from the source's as a batch.
+    d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", "record", "--json",
+              "--compaction-holes", "fill")  # fmt: skip
+    assert d.code == 0, d.stdout + d.stderr
+
+
+def test_a_transaction_stored_with_holes_as_a_cleaner_leaves_it_is_replayed_filled(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Source batches produced raw exactly as a compacted transactional log holds them (Tansu
+    stores them): a transaction's batch with two records cleaned away, then its commit
+    marker. The replay fills the holes inside the replayed transaction. (A marker whose
+    transaction lost all its records needs a local coordinator that marks a partition added
+    to a transaction without data, as Kafka's does: the real-Kafka test above.)"""
+    from tests.integration.sync_support import (
+        CONTROL_ATTRIBUTES,
+        produce_raw,
+        raw_batch,
+        raw_record,
+    )
+    from tests.integration.test_compaction_holes import COMPACT, _require_compacted_local
+
+    if clusters.kind("a") != "tansu":
+        pytest.skip("Tansu stores client batches as a cleaner leaves them (Kafka refuses them)")
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, 1, COMPACT)
+    create_topic(clusters.bootstrap("local"), topic, 1, COMPACT)
+    _require_compacted_local(clusters, topic)
+    produce(a, topic, records(10, seed=1, null_keys_every=0), partition=0)
+    holey = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in (0, 2, 4)], 4,
+                      attributes=0x10, producer_id=4242, producer_epoch=0)  # fmt: skip
+    assert produce_raw(clusters["a"], topic, 0, holey) == 10
+    commit = raw_record(0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")
+    marker = raw_batch([commit], 0, attributes=CONTROL_ATTRIBUTES, producer_id=4242,
+                       producer_epoch=0)  # fmt: skip
+    assert produce_raw(clusters["a"], topic, 0, marker) == 15
+    produce(a, topic, records(5, seed=3, null_keys_every=0), partition=0)
+    stored = fetch_batches(clusters["a"], topic, 0)
+    if not any(b.is_control for b in stored):
+        pytest.skip(f"{clusters.kind('a')} did not store the raw markers")
+    end = ends(clusters["a"], topic, 1)[0]
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes", "fill")
+
+    assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "synced" and e["local_end_after"] == end, e
+    assert (e["holes_filled"], e["batches_reencoded"]) == (2, 1), e
+    local = fetch_batches(clusters["local"], topic, 0)
+    assert [(b.base_offset, marker_type(b)) for b in local if b.is_control] == [
+        (b.base_offset, marker_type(b)) for b in stored if b.is_control
+    ]
+    txn = next(b for b in local if b.base_offset == 10)
+    assert txn.is_transactional and txn.record_count == 5, txn.describe()

@@ -1,5 +1,5 @@
-"""``sync --transactions``: replay by default, except where a replay is not supported yet, which
-keeps refusing as before the option existed (users' command lines keep their meaning)."""
+"""``sync --transactions``: replay by default, except without fencing, which a replay needs:
+that keeps refusing as before the option existed (users' command lines keep their meaning)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from partsync.ui.cli_sync import _transactions
 
 
 def test_replay_is_the_default() -> None:
-    assert _transactions(None, "refuse", True) == "replay"
+    assert _transactions(None, True) == "replay"
+    assert _transactions("refuse", True) == "refuse"
 
 
-@pytest.mark.parametrize(("holes", "fencing"), [("fill", True), ("refuse", False)])
-def test_unsupported_combinations_keep_refusing_unless_asked(holes: str, fencing: bool) -> None:
-    assert _transactions(None, holes, fencing) == "refuse"
-    assert _transactions("refuse", holes, fencing) == "refuse"
-    with pytest.raises(UsageError, match="--transactions replay"):
-        _transactions("replay", holes, fencing)
+def test_without_fencing_transactions_keep_being_refused_unless_a_replay_is_asked_for() -> None:
+    assert _transactions(None, False) == "refuse"
+    assert _transactions("refuse", False) == "refuse"
+    with pytest.raises(UsageError, match="--transactions replay needs fencing"):
+        _transactions("replay", False)
