@@ -417,6 +417,9 @@ class Cluster:
         or None where a coordinator does not offer DescribeTransactions. An id its coordinator
         does not know (TRANSACTIONAL_ID_NOT_FOUND) is returned as it is; a coordinator that is
         loading or moved is asked again until ``timeout``; any other error raises."""
+        if not self.broker_conn(self._any_broker()).supports("DescribeTransactions"):
+            return None  # before any coordinator is looked up for it
+        self.prefetch_txn_coordinators(transactional_ids)  # one request, where it can be
         backoff = Backoff(0.05, 1.0, deadline=timeout)
         out: dict[str, TxnState] = {}
         todo = list(transactional_ids)

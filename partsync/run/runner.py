@@ -25,7 +25,7 @@ from typing import Protocol
 from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import PARALLELISM
-from partsync.copy.producer import transactional_id
+from partsync.copy.producer import TXN_SLOTS, slot_id, transactional_id
 from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
 from partsync.io.pool import ClusterPool
@@ -376,7 +376,10 @@ class PartitionRunner:
                 if task is None or not task.options.fencing:
                     continue
                 if self.opts.follow or task.plan.condition is Condition.BEHIND:
-                    by_local.setdefault(task.local, []).append(transactional_id(*tp))
+                    ids = by_local.setdefault(task.local, [])
+                    ids.append(transactional_id(*tp))
+                    if task.options.replay_transactions:  # described at the fence
+                        ids.extend(slot_id(*tp, n) for n in range(TXN_SLOTS))
         for ref, ids in by_local.items():
             if len(ids) > 1:
                 try:
