@@ -417,7 +417,7 @@ class Cluster:
         or None where a coordinator does not offer DescribeTransactions. An id its coordinator
         does not know (TRANSACTIONAL_ID_NOT_FOUND) is returned as it is; a coordinator that is
         loading or moved is asked again until ``timeout``; any other error raises."""
-        if not self.broker_conn(self._any_broker()).supports("DescribeTransactions"):
+        if not self._bootstrap_call(lambda c: c.supports("DescribeTransactions")):
             return None  # before any coordinator is looked up for it
         self.prefetch_txn_coordinators(transactional_ids)  # one request, where it can be
         backoff = Backoff(0.05, 1.0, deadline=timeout)
@@ -433,10 +433,18 @@ class Cluster:
                 else:
                     by_node.setdefault(coord.node_id, []).append(tid)
             for node, tids in by_node.items():
-                conn = self.broker_conn(node)
-                if not conn.supports("DescribeTransactions"):
-                    return None
-                for tid, st in conn.describe_transactions(tids).items():
+                try:
+                    conn = self.broker_conn(node)
+                    if not conn.supports("DescribeTransactions"):
+                        return None
+                    states = conn.describe_transactions(tids)
+                except PartsyncError as e:  # a coordinator that went away: look them up again
+                    log.debug("DescribeTransactions on broker %d: %s", node, e)
+                    for tid in tids:
+                        self._forget_txn_coordinator(tid)
+                    retry.extend(tids)
+                    continue
+                for tid, st in states.items():
                     if st.error_code in COORDINATOR_RETRY_CODES:
                         self._forget_txn_coordinator(tid)
                         retry.append(tid)
