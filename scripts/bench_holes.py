@@ -82,7 +82,9 @@ def _wait_compacted(bootstrap: str, topic: str, want: int, timeout: float = 600)
     raise SystemExit(f"Kafka's cleaner left {held} records of {topic}, expected about {want}")
 
 
-def _sync(src: str, dst: str, topic: str, fill: bool) -> tuple[float, float, dict]:
+def run_sync(src: str, dst: str, topic: str, fill: bool = False) -> tuple[float, float, dict]:
+    """One ``partsync sync`` of ``topic`` as its own process: wall time, its CPU time, and
+    the partition's JSON result (exits on a failed sync)."""
     argv = [sys.executable, "-m", "partsync", "sync", "--sources", src, "--local", dst,
             "--topic", topic, "--json", "--no-group"]  # fmt: skip
     if fill:
@@ -139,11 +141,11 @@ def main() -> int:
                 # A fresh JVM answers its first requests slowly: warm it up with a copy of the
                 # baseline's data (not counted), then alternate which topic goes first.
                 create_topic(local.bootstrap, "warmup", 1, COMPACT)
-                _sync(source.bootstrap, local.bootstrap, "warmup", fill=False)
+                run_sync(source.bootstrap, local.bootstrap, "warmup", fill=False)
                 order = list(runs.items())[:: 1 if n % 2 == 0 else -1]
                 for topic, results in order:
                     create_topic(local.bootstrap, topic, 1, COMPACT)
-                    results.append(_sync(source.bootstrap, local.bootstrap, topic,
+                    results.append(run_sync(source.bootstrap, local.bootstrap, topic,
                                          fill=topic == "compacted"))  # fmt: skip
                 if n == 0:
                     mirror = {r[0]: r for r in consumed(local.bootstrap, "compacted", 0)}

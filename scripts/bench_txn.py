@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from partsync.demo.brokers import Broker
 from partsync.demo.data import create_topic, make_records
+from scripts.bench_holes import run_sync
 from tests.integration.sync_support import fetch_batches
 from tests.support.brokers import start_kafka_jvm
 
@@ -68,20 +66,6 @@ def _fill(bootstrap: str, args: argparse.Namespace) -> int:
     return done
 
 
-def _sync(src: str, dst: str, topic: str) -> tuple[float, float, dict]:
-    argv = [sys.executable, "-m", "partsync", "sync", "--sources", src, "--local", dst,
-            "--topic", topic, "--json", "--no-group"]  # fmt: skip
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    p = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    wall = time.monotonic() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit(f"sync failed ({p.returncode}): {p.stdout[-2000:]}{p.stderr[-2000:]}")
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return wall, cpu, json.loads(p.stdout)["topics"][0]["partitions"][0]
-
-
 def _layout(broker: Broker, topic: str) -> list[tuple[int, int, bool, bool, bytes]]:
     return [(b.base_offset, b.last_offset, b.is_transactional, b.is_control, b.digest())
             for b in fetch_batches(broker, topic, 0)]  # fmt: skip
@@ -110,10 +94,12 @@ def main() -> int:
             local = start_kafka_jvm(args.kafka_version, tmp / f"dst{n}")
             try:
                 create_topic(local.bootstrap, "warmup", 1)
-                _sync(source.bootstrap, local.bootstrap, "warmup")  # a fresh JVM is slow at first
+                run_sync(
+                    source.bootstrap, local.bootstrap, "warmup"
+                )  # a fresh JVM is slow at first
                 for topic, results in list(runs.items())[:: 1 if n % 2 == 0 else -1]:
                     create_topic(local.bootstrap, topic, 1)
-                    results.append(_sync(source.bootstrap, local.bootstrap, topic))
+                    results.append(run_sync(source.bootstrap, local.bootstrap, topic))
                 if n == 0:
                     assert _layout(local, "txn") == _layout(source, "txn"), "a batch moved"
             finally:

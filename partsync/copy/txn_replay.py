@@ -58,11 +58,10 @@ class _Held:
 
 @dataclass(eq=False)
 class _Txn:
-    """A source transaction being replayed by a local slot."""
+    """A source transaction being replayed by a local slot (``TxnReplay._live`` keys it by
+    the source producer id; the slot's writer is in ``TxnReplay._writers``)."""
 
-    source_pid: int
     slot: int
-    writer: SharedWriter
     sender: Sender
     first: int  # offset of its first batch in the partition
 
@@ -109,13 +108,7 @@ class TxnReplay:
         elif b.is_transactional and not filler:
             self._open.setdefault(b.producer_id, b.base_offset)
             if len(self._open) > TXN_SLOTS:  # before any of them is begun
-                raise UnsafeError(
-                    f"more than {TXN_SLOTS} source transactions are open at once at offset "
-                    f"{b.base_offset}; a replay keeps at most {TXN_SLOTS} local transactions "
-                    "open per partition",
-                    cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
-                    offset=b.base_offset,
-                )  # fmt: skip
+                raise self._too_many(b.base_offset, source)
         item = _Held(b, source, at, filler, 0 if filler else b.size if size is None else size,
                      holes)  # fmt: skip
         if not self._open and not self._held:
@@ -216,13 +209,13 @@ class TxnReplay:
                 f"and {slot}) replay the same source transaction at offset {first}",
                 cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
             )  # fmt: skip
-        self._live[theirs.producer_id] = self._slot_txn(theirs.producer_id, slot, first)
+        self._live[theirs.producer_id] = self._slot_txn(slot, first)
         if not theirs.is_control:  # a marker-only transaction just ends
             self._open[theirs.producer_id] = first
         ctx.notes.append(f"resumed the local transaction left open from offset {first} (source "
                          f"producer {theirs.producer_id})")  # fmt: skip
 
-    def _slot_txn(self, source_pid: int, slot: int, first: int) -> _Txn:
+    def _slot_txn(self, slot: int, first: int) -> _Txn:
         ctx = self.ctx
         writer = self._writers.get(slot)
         if writer is None or writer.broken:  # one per slot, for all its transactions
@@ -232,7 +225,7 @@ class TxnReplay:
             self._writers[slot] = writer
         identity = ProducerSession(*self.session.slots[slot],
                                    sequence=self.session.slot_sequences.get(slot, 0))  # fmt: skip
-        return _Txn(source_pid, slot, writer, Sender(ctx, writer, identity), first)
+        return _Txn(slot, Sender(ctx, writer, identity), first)
 
     def _begin(self, source_pid: int, first: int) -> _Txn:
         """A slot's transaction for the source producer's transaction, with the partition
@@ -240,12 +233,8 @@ class TxnReplay:
         ctx = self.ctx
         busy = {t.slot for t in self._live.values()}
         free = [n for n in range(TXN_SLOTS) if n not in busy]
-        if not free:
-            raise UnsafeError(
-                f"more than {TXN_SLOTS} source transactions are open at once at offset {first}; "
-                f"a replay keeps at most {TXN_SLOTS} local transactions open per partition",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
-            )  # fmt: skip
+        if not free:  # every slot busy, a marker of a transaction with nothing left among them
+            raise self._too_many(first, ctx.local.name)
         # Nothing in flight while the transaction starts: a run killed from here to its first
         # append leaves it open with nothing appended, and the next run resumes it for the
         # source transaction at its local end, which must be this one's first batch.
@@ -261,9 +250,19 @@ class TxnReplay:
             lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),
             what="AddPartitionsToTxn",
         )
-        txn = self._slot_txn(source_pid, slot, first)
+        txn = self._slot_txn(slot, first)
         self._live[source_pid] = txn
         return txn
+
+    def _too_many(self, offset: int, cluster: str) -> UnsafeError:
+        return UnsafeError(
+            f"more than {TXN_SLOTS} source transactions are open at once at offset {offset}; a "
+            f"replay keeps at most {TXN_SLOTS} local transactions open per partition",
+            cluster=cluster,
+            topic=self.ctx.topic,
+            partition=self.ctx.partition,
+            offset=offset,
+        )
 
     def _fence_slots(self) -> None:
         """The copy's first transaction: fence the slots now. The fence planned none open
@@ -289,20 +288,12 @@ class TxnReplay:
         commit = marker_type(b) == COMMIT
         txn = self._live.get(b.producer_id) or self._begin(b.producer_id, b.base_offset)
         self.wait_confirmed()  # every append before the marker verified
-        if ctx.confirmed_end != b.base_offset:
-            raise AppendMismatchError(
-                f"the local log ends at {ctx.confirmed_end}, not at the source's "
-                f"{marker_name(marker_type(b))} marker's offset {b.base_offset}",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
-                offset=b.base_offset,
-            )  # fmt: skip
-        tid = slot_id(ctx.topic, ctx.partition, txn.slot)
-        producer = self.session.slots[txn.slot]
-        # The local log itself, not only what this copy confirmed, must end at the marker's
-        # offset: nothing else may be on its way there (an earlier transaction's marker; the
-        # fence waited for those, and each marker of this copy is checked to end the log).
-        leo = b.base_offset
-        if self.markers == 0:
+        # What this copy confirmed, and for its first marker the local log itself, must end at
+        # the marker's offset: nothing else may be on its way there (an earlier transaction's
+        # marker; the fence waited for those, and each marker of this copy is checked to end
+        # the log).
+        leo = ctx.confirmed_end
+        if self.markers == 0 and leo == b.base_offset:
             _b, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
         if leo != b.base_offset:
             raise AppendMismatchError(
@@ -311,6 +302,8 @@ class TxnReplay:
                 cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
                 offset=b.base_offset,
             )  # fmt: skip
+        tid = slot_id(ctx.topic, ctx.partition, txn.slot)
+        producer = self.session.slots[txn.slot]
         ctx.unconfirmed_end = b.next_offset  # from here the marker may land
         ctx.local.txn_call(tid, lambda conn: conn.try_end_txn(tid, producer, commit), what="EndTxn")
         self._await_marker(b, commit, producer)
