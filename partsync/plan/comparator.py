@@ -16,6 +16,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from partsync.plan.census import PartitionScan
+
 __all__ = [
     "RECREATED_HINT",
     "Bounds",
@@ -123,6 +125,8 @@ class PartitionPlan:
     # local end: the copier first appends fillers up to the first copied batch, then moves the
     # local log start past them (``copy.bootstrap``).
     bootstrap: bool = False
+    # ``plan --scan``: what the ranges hold that a plain copy cannot append as it is.
+    scan: PartitionScan | None = None
 
     @property
     def copy_start(self) -> int:
@@ -153,6 +157,7 @@ class PartitionPlan:
                 if self.bootstrap
                 else None
             ),
+            "scan": None if self.scan is None else self.scan.to_dict(),
         }
 
 

@@ -268,13 +268,18 @@ def run_job(
 
 
 def plan_exit_status(plans: Sequence[TopicPlan]) -> ExitStatus:
-    """``partsync plan``: 3 if anything would be refused, 1 if a topic failed or a source did
-    not answer, else 0."""
+    """``partsync plan``: 3 if anything would be refused (``--scan``: in the data too), 1 if a
+    topic failed, a source did not answer or a scan failed, else 0."""
+    parts = [p for tp in plans for p in tp.partitions]
     unsafe = any(tp.refused for tp in plans) or any(
-        p.condition is Condition.UNSAFE for tp in plans for p in tp.partitions
+        p.condition is Condition.UNSAFE
+        or (p.scan is not None and p.scan.stop is not None and p.scan.stop.refused)
+        for p in parts
     )
     if unsafe:
         return ExitStatus.UNSAFE
-    if any(tp.error or tp.unreachable for tp in plans):
+    if any(tp.error or tp.unreachable for tp in plans) or any(
+        p.scan is not None and p.scan.error for p in parts
+    ):
         return ExitStatus.FAILURE
     return ExitStatus.OK

@@ -28,9 +28,46 @@ from partsync.ui.cli_common import (
 
 __all__ = ["plan", "sync"]
 
+# Options plan --scan shares with sync: what the scan predicts a sync with them does.
+compaction_holes_option = click.option(
+    "--compaction-holes",
+    type=click.Choice(["refuse", "fill"]),
+    default=CopyOptions().compaction_holes,
+    show_default=True,
+    help="Offsets a compacted source no longer holds (records or whole batches the log "
+    "cleaner removed): refuse the partition there (exit 3, nothing written past the hole), or "
+    "fill them with hole records (tombstones under --hole-key with a 'partsync-hole' header) "
+    "at exactly those offsets, which the compacted local topic's own cleaning removes again. "
+    "Only a batch with holes inside is re-encoded (same codec and timestamps); every other "
+    "batch stays shallow. Needs a compacted local topic.",
+)
+transactions_option = click.option(
+    "--transactions",
+    type=click.Choice(["refuse", "replay"]),
+    default=None,
+    help="Transactional source data and its commit/abort markers: replay each source "
+    "transaction with a local transactional producer, its data shallow and its marker "
+    "(EndTxn) landing at the source marker's offset, so read_committed consumers see what "
+    "they see on the source; or refuse the partition there (exit 3, nothing written past it). "
+    "A replay copies up to the last offset where every transaction it saw has ended; the rest "
+    "waits for the next run. [default: replay; refuse with --no-fencing, which a replay "
+    "needs]",
+)
+
 
 @click.command(epilog=EXIT_CODES_HELP)
 @selection_options
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Also read the ranges to copy from the sources that serve them (as much as a sync "
+    "fetches; batch headers only, nothing decompressed) and report the compaction holes a "
+    "sync fills, the batches it re-encodes, the transactions it replays, and where a sync "
+    "with the same --compaction-holes and --transactions would refuse (exit 3) or wait for "
+    "source transactions to end.",
+)
+@compaction_holes_option
+@transactions_option
 @config_option
 @click.pass_obj
 def plan(
@@ -46,6 +83,9 @@ def plan(
     create_missing: bool,
     add_partitions: bool,
     as_json: bool,
+    scan: bool,
+    compaction_holes: str,
+    transactions: str | None,
 ) -> None:
     """Show what `sync` would copy, per partition. Writes nothing.
 
@@ -58,13 +98,19 @@ def plan(
     from partsync.run.sync import plan_exit_status
     from partsync.ui.render import plan_notes, plan_table, print_table
 
+    options = CopyOptions(compaction_holes=compaction_holes,
+                          transactions=_transactions(transactions, fencing=True))  # fmt: skip
     req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), sources, local,
-                        partitions, chunk_offsets, create_missing,
+                        partitions, chunk_offsets, create_missing, options,
                         on_retention_gap=on_retention_gap,
                         add_partitions=add_partitions)  # fmt: skip
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
         plans = plan_topics(req, pool)
+        if scan:
+            from partsync.run.scan import scan_topics
+
+            plans = scan_topics(plans, req, pool, parallelism=PARALLELISM)
     if req.selection is not None and not as_json:
         stderr.print(f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)",
                      highlight=False, markup=False)  # fmt: skip
@@ -264,18 +310,7 @@ def plan(
     "log start (the fillers are deleted before the copy; fewer per batch if the local "
     "max.message.bytes is small).",
 )
-@click.option(
-    "--compaction-holes",
-    type=click.Choice(["refuse", "fill"]),
-    default=CopyOptions().compaction_holes,
-    show_default=True,
-    help="Offsets a compacted source no longer holds (records or whole batches the log "
-    "cleaner removed): refuse the partition there (exit 3, nothing written past the hole), or "
-    "fill them with hole records (tombstones under --hole-key with a 'partsync-hole' header) "
-    "at exactly those offsets, which the compacted local topic's own cleaning removes again. "
-    "Only a batch with holes inside is re-encoded (same codec and timestamps); every other "
-    "batch stays shallow. Needs a compacted local topic.",
-)
+@compaction_holes_option
 @click.option(
     "--hole-key",
     default=CopyOptions().hole_key.decode(),
@@ -284,18 +319,7 @@ def plan(
     help="The key of hole records (--compaction-holes fill). Consumers read them until the "
     "local topic's compaction removes them: pick a key their key deserializer accepts.",
 )
-@click.option(
-    "--transactions",
-    type=click.Choice(["refuse", "replay"]),
-    default=None,
-    help="Transactional source data and its commit/abort markers: replay each source "
-    "transaction with a local transactional producer, its data shallow and its marker "
-    "(EndTxn) landing at the source marker's offset, so read_committed consumers see what "
-    "they see on the source; or refuse the partition there (exit 3, nothing written past it). "
-    "A replay copies up to the last offset where every transaction it saw has ended; the rest "
-    "waits for the next run. [default: replay; refuse with --no-fencing, which a replay "
-    "needs]",
-)
+@transactions_option
 @click.option(
     "--transaction-timeout",
     type=click.FloatRange(min=1),

@@ -139,14 +139,39 @@ def plan_table(plans: Sequence[TopicPlan]) -> Table:
     t.add_column("condition")
     t.add_column("missing", justify="right")
     t.add_column("ranges (source)", overflow="fold")
+    scanned = any(p.scan is not None for tp in plans for p in tp.partitions)
+    if scanned:
+        t.add_column("holes", justify="right")
+        t.add_column("transactions", justify="right")
+        t.add_column("sync stops at", justify="right")
     for tp in plans:
         if tp.refused or tp.error:
             status = "unsafe" if tp.refused else "error"
-            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "")
+            blank = ["" for _ in range(3 if scanned else 0)]
+            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "", *blank)
             continue
         for p in tp.partitions:
-            t.add_row(*_plan_row(p, sources))
+            t.add_row(*_plan_row(p, sources), *(_scan_cells(p) if scanned else ()))
     return t
+
+
+def _scan_cells(p: PartitionPlan) -> list[str]:
+    """``plan --scan``: holes filled (batches re-encoded), markers replayed, and where a sync
+    stops short of the target (red: refused)."""
+    s = p.scan
+    if s is None:
+        return ["", "", ""]
+    if s.error is not None or s.census is None:
+        return ["", "", _styled("error")]
+    c = s.census
+    holes = f"{c.holes} ({c.batches_with_holes} batches)" if c.batches_with_holes else str(c.holes)
+    txns = f"{c.committed} commit, {c.aborted} abort" if c.markers else "0"
+    if c.open_at_end:
+        txns += f", {len(c.open_at_end)} open"
+    stop = "-"
+    if s.stop is not None:
+        stop = f"[bold red]{s.stop.offset}[/]" if s.stop.refused else f"[yellow]{s.stop.offset}[/]"
+    return [holes, txns, stop]
 
 
 def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
@@ -165,6 +190,15 @@ def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
                     else f"topic {p.topic} partition {p.partition}: "
                 )
                 notes.append(f"{p.condition.value}: {prefix}{p.reason}")
+            if p.scan is not None and (p.scan.error or p.scan.stop):
+                where = f"topic {p.topic} partition {p.partition}"
+                if p.scan.error:
+                    notes.append(f"error: {where}: the scan failed: {p.scan.error}")
+                elif p.scan.stop is not None and p.scan.stop.refused:
+                    notes.append(f"unsafe: {where}: a sync refuses the partition at offset "
+                                 f"{p.scan.stop.offset}: {p.scan.stop.reason}")  # fmt: skip
+                elif p.scan.stop is not None:
+                    notes.append(f"waits: {where}: {p.scan.stop.reason}")
     return notes
 
 

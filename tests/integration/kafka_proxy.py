@@ -598,6 +598,7 @@ class _Link:
                     self.deliver_later(cid, frame, hold)
                 else:
                     self.deliver(cid, frame)
+                    self.proxy._delivered(self, cid)
         except OSError:  # ConnectionError included
             pass
         except Exception as e:  # noqa: BLE001
@@ -707,6 +708,10 @@ class StrictProxy:
         self.kafka = KafkaSemantics()
         # Unanswered Produce requests: partition -> (link, correlation id) of the request.
         self._appending: dict[tuple[str, int], tuple[_Link, int]] = {}
+        # A test's fault (``on_request``): (api name, count at which it fires, after the answer,
+        # action), and once its request passed with after the answer: (link, correlation id).
+        self._hook: tuple[str, int, bool, Callable[[], None]] | None = None
+        self._hook_answer: tuple[_Link | None, int, Callable[[], None]] | None = None
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._count = 0
@@ -747,6 +752,41 @@ class StrictProxy:
             self.requests.clear()
             self.kafka.clear()
             self.kafka.injected.clear()
+            self._hook = self._hook_answer = None
+
+    def on_request(
+        self, api: str, nth: int, action: Callable[[], None], *, answered: bool = False
+    ) -> None:
+        """Run ``action`` (e.g. SIGKILL the client) once, as the ``nth`` ``api`` request from now
+        passes, before the broker gets it (it still does), or (``answered``) right after its
+        answer went to the client."""
+        with self._lock:
+            self._hook = (api, self.requests[api] + nth, answered, action)
+            self._hook_answer = None
+
+    def hook_fired(self) -> bool:
+        with self._lock:
+            return self._hook is None and self._hook_answer is None
+
+    def _fire(self, header: RequestHeader, link: _Link | None) -> None:
+        """``on_request``'s action, if this request is the one."""
+        with self._lock:
+            hook = self._hook
+            if hook is None or hook[0] != header.api_name or self.requests[hook[0]] != hook[1]:
+                return
+            self._hook = None
+            if hook[2]:
+                self._hook_answer = (link, header.correlation_id, hook[3])
+                return
+        hook[3]()
+
+    def _delivered(self, link: _Link | None, cid: int) -> None:
+        with self._lock:
+            hook = self._hook_answer
+            if hook is None or hook[0] is not link or hook[1] != cid:
+                return
+            self._hook_answer = None
+        hook[2]()
 
     def assert_clean(self, *, require_produce: bool = True) -> None:
         """No rule broken, no proxy trouble, and (unless told otherwise) at least one Produce
@@ -785,6 +825,7 @@ class StrictProxy:
                 self.produced += check.batches
                 if check.acks != 0:
                     self._track_appends(check, link)
+        self._fire(header, link)
         if check is not None:
             verdict = self.kafka.on_produce(frame, header, check.batches)
             answered = check.acks != 0

@@ -115,6 +115,25 @@ def _assert_diff_agrees(
     assert "compared as a mirror with filled holes holds them" in text.stderr, text.stderr
 
 
+def _assert_scan_predicts(
+    psync: Run, topic: str, sources: str, *, first_hole: int, holes: int, reencoded: int
+) -> None:
+    """``plan --scan`` counts the holes a fill sync fills and the batches it re-encodes, and
+    says where a sync that refuses holes stops (exit 3), before anything is written."""
+    refused = psync("plan", "--topic", topic, "--sources", sources, "--scan", "--json")
+    assert refused.code == 3, refused.stdout + refused.stderr
+    scan = refused.json["topics"][0]["partitions"][0]["scan"]
+    assert (scan["holes"], scan["batches_with_holes"]) == (holes, reencoded), scan
+    assert scan["stop"]["refused"] and scan["stop"]["offset"] == first_hole, scan
+    text = psync("plan", "--topic", topic, "--sources", sources, "--scan")
+    assert f"a sync refuses the partition at offset {first_hole}" in text.stderr, text.stderr
+    filled = psync("plan", "--topic", topic, "--sources", sources, "--scan", "--json",
+                   "--compaction-holes", "fill")  # fmt: skip
+    assert filled.code == 0, filled.stdout + filled.stderr
+    scan = filled.json["topics"][0]["partitions"][0]["scan"]
+    assert (scan["holes"], scan["batches_with_holes"], scan["stop"]) == (holes, reencoded, None)
+
+
 def test_holes_inside_batches_and_empty_batches_are_filled(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
@@ -122,6 +141,7 @@ def test_holes_inside_batches_and_empty_batches_are_filled(
     end, holes = _holey_source(clusters, topic)
     create_topic(clusters.bootstrap("local"), topic, 1, COMPACT)
     _require_compacted_local(clusters, topic)
+    _assert_scan_predicts(psync, topic, "a", first_hole=30, holes=len(holes), reencoded=2)
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes", "fill")
 
@@ -256,6 +276,8 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
     config = tmp_path / "partsync.toml"
     config.write_text(f'local = "local"\n[clusters.a]\nbootstrap_servers = ["{source.bootstrap}"]'
                       f'\n[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n')  # fmt: skip
+    _assert_scan_predicts(lambda *a: cli("--config", str(config), *a), topic, "a",
+                          first_hole=0, holes=removed, reencoded=2)  # fmt: skip
 
     r = cli("--config", str(config), "sync", "--topic", topic, "--sources", "a", "--json",
             "--compaction-holes", "fill")  # fmt: skip

@@ -5,6 +5,7 @@ independent client, librdkafka) read the same records on both clusters."""
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import time
@@ -137,6 +138,16 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
     kinds = [(b.is_transactional, b.is_control) for b in fetch_batches(clusters["a"], topic, 0)]
     assert kinds.count((True, True)) == 4, kinds
 
+    planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
+    assert planned.code == 0, planned.stdout + planned.stderr
+    scan = planned.json["topics"][0]["partitions"][0]["scan"]
+    assert (scan["committed"], scan["aborted"], scan["most_open_transactions"]) == (2, 2, 2)
+    assert (scan["open_at_end"], scan["quiet_end"], scan["stop"]) == ([], end, None), scan
+    planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan",
+                    "--transactions", "refuse")  # fmt: skip
+    assert planned.code == 3, planned.stdout + planned.stderr
+    stop = planned.json["topics"][0]["partitions"][0]["scan"]["stop"]
+    assert stop["refused"] and stop["offset"] == 10, stop
     refused = psync("sync", "--topic", topic, "--sources", "a", "--json", "--transactions",
                     "refuse")  # fmt: skip
     assert refused.code == 3, refused.stdout + refused.stderr
@@ -166,6 +177,11 @@ def test_a_transaction_still_open_in_the_source_waits_for_its_marker(
     t1 = _txn(clusters, "a", f"{topic}-t1")
     t1.begin().send(topic, records(3, seed=2))
     produce(a, topic, records(5, seed=3), partition=0)
+    planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
+    assert planned.code == 0, planned.stdout + planned.stderr
+    scan = planned.json["topics"][0]["partitions"][0]["scan"]
+    assert (len(scan["open_at_end"]), scan["quiet_end"]) == (1, 10), scan
+    assert scan["stop"]["offset"] == 10 and not scan["stop"]["refused"], scan
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
 
@@ -241,6 +257,67 @@ def test_a_replay_killed_again_and_again_resumes_the_transactions_it_left_open(
     assert seen == sorted(seen), f"the local log went back between kills: {seen}"
     assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
     _assert_mirrored(clusters, topic)
+
+
+# Where a replay is killed: (request, which one of the run's, after its answer reached the run).
+_STEPS = [
+    ("InitProducerId", 1, False),  # the partition's fencing identity
+    ("DescribeTransactions", 1, False),  # the slots, at the first transaction
+    ("InitProducerId", 3, False),  # amid fencing the slots
+    ("AddPartitionsToTxn", 1, False),  # a local transaction begun, nothing in it
+    ("AddPartitionsToTxn", 2, True),  # a second one begun beside it
+    ("Produce", 2, False),  # a transaction's data on its way
+    ("Produce", 3, True),  # and appended
+    ("EndTxn", 1, False),  # the end on its way
+    ("EndTxn", 1, True),  # ended; its marker not yet seen
+    ("EndTxn", 3, True),
+]
+
+
+def _kill_first(procs: list[Any]) -> None:
+    procs[0].send_signal(signal.SIGKILL)
+
+
+@pytest.mark.faults
+def test_a_replay_killed_at_each_of_its_steps_is_taken_up_by_the_next_run(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """SIGKILL at each kind of step of a replay, from outside: as its request passes the proxy
+    in front of the local cluster (which still gets it) or right after the answer reached the
+    run. Each next run takes over what the killed one left (a transaction begun, half
+    appended, being ended) and the last one ends with every batch and marker at the source's
+    offset."""
+    from tests.integration.test_faults import STALL_BOUND_S, _sync_process
+
+    if not clusters.kind("local").startswith("kafka"):
+        pytest.skip(f"the local {clusters.kind('local')} does not describe open transactions "
+                    "(KIP-664), so a killed replay's are aborted there, not resumed")  # fmt: skip
+    _source_topic(clusters, topic)
+    _interleaved_history(clusters, topic, 6)
+    proxy, local = clusters.proxy, clusters["local"]
+    seen: list[int] = []
+    for api, nth, answered in _STEPS:
+        running: list[Any] = []
+        proxy.on_request(api, nth, functools.partial(_kill_first, running), answered=answered)
+        running.append(_sync_process(clusters, topic, "a", "--no-group", *REPLAY))
+        _out, err = running[0].communicate(timeout=STALL_BOUND_S)
+        step = f"{api} #{nth}{' answered' if answered else ''}"
+        assert proxy.hook_fired() and running[0].returncode == -signal.SIGKILL, (
+            f"the run ended ({running[0].returncode}) before the step {step}: {err[-2000:]}"
+        )
+        seen.append(ends(local, topic, 1)[0])
+    proxy.reset()
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY,
+              timeout=STALL_BOUND_S)  # fmt: skip
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert seen == sorted(seen), f"the local log went back between kills: {seen}"
+    assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
+    _assert_mirrored(clusters, topic)
+    for level in ("record", "batch"):
+        d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", level, "--json")
+        assert d.code == 0, (level, d.stdout + d.stderr)
 
 
 def _wait_for_an_open_local_transaction(local: Broker, topic: str, *, is_open: bool = True) -> None:

@@ -365,6 +365,7 @@ def test_missing_and_to_dict() -> None:
         ],
         "reason": None,
         "bootstrap": None,
+        "scan": None,
     }
     boot = plan_partition(T, P, Bounds(0, 0), {"a": Bounds(1000, 2000)}).to_dict()
     assert boot["bootstrap"] == {"fill_from": 0, "log_start": 1000}
