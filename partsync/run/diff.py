@@ -61,6 +61,7 @@ from partsync.wire.digest import (
 )
 from partsync.wire.digest import compare_chunks as _compare_chunks
 from partsync.wire.holes import as_filled, is_hole
+from partsync.wire.markers import describe_transactions_at
 from partsync.wire.records import Record, iter_records
 
 __all__ = ["DiffJob", "DiffRunner", "diff_partition", "diff_topics"]
@@ -191,6 +192,16 @@ def _record_at(batch: Batch | None, offset: int) -> Record | None:
     return next((r for r in iter_records(batch) if r.offset == offset), None)
 
 
+def _with_transactions(detail: str, batches: Mapping[str, Batch | None], offset: int) -> str:
+    """``detail``, and which transaction each cluster holds at ``offset`` where one holds a
+    marker and another a transaction's data there."""
+    try:
+        txns = describe_transactions_at(batches, offset)
+    except PartsyncError:  # a batch that cannot be decoded was reported already
+        txns = None
+    return detail if txns is None else f"{detail}; {txns}"
+
+
 def _spans(div: Divergence) -> str:
     return ", ".join(
         f"{n} {'has no batch there' if u is None else 'holds ' + u.span}"
@@ -230,19 +241,15 @@ def _narrow(
     """(first divergent offset, disagreeing clusters, reason) for a divergence found in chunks."""
     reference = div.agreeing[0]
     if opts.level is Level.RECORD:
-        got = {n: _record_at(_batch_at(clusters[n], topic, partition, div.offset, opts), div.offset)
-               for n in div.units}  # fmt: skip
-        detail = describe_record_difference(got, reference)
+        held = {n: _batch_at(clusters[n], topic, partition, div.offset, opts) for n in div.units}
+        got = {n: _record_at(b, div.offset) for n, b in held.items()}
+        detail = _with_transactions(describe_record_difference(got, reference), held, div.offset)
         return div.offset, div.disagreeing, f"records differ at offset {div.offset}: {detail}"
     if div.boundaries_differ:
-        return (
-            div.offset,
-            div.disagreeing,
-            (
-                f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records may "
-                "still be equal: compare them with --level record"
-            ),
-        )
+        held = {n: _batch_at(clusters[n], topic, partition, div.offset, opts) for n in div.units}
+        detail = (f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records "
+                  "may still be equal: compare them with --level record")  # fmt: skip
+        return div.offset, div.disagreeing, _with_transactions(detail, held, div.offset)
     # Same offsets, different digests: open the batch on every cluster and compare its records.
     span = next(u for u in div.units.values() if u is not None).span
     batches = {n: _batch_at(clusters[n], topic, partition, div.offset, opts) for n in div.units}
@@ -275,7 +282,8 @@ def _narrow(
                 f"({headers}); --level record would report these records as identical"
             ),
         )
-    detail = describe_record_difference(got, inner.agreeing[0])
+    detail = _with_transactions(describe_record_difference(got, inner.agreeing[0]), batches,
+                                inner.offset)  # fmt: skip
     return (
         inner.offset,
         inner.disagreeing,

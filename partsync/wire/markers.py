@@ -9,12 +9,21 @@ so two clusters' markers at the same offset are the same marker when their types
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 
-from partsync.errors import CorruptBatchError, UnsafeError
+from partsync.errors import CorruptBatchError, PartsyncError, UnsafeError
 from partsync.wire.batch import Batch
 from partsync.wire.records import iter_records
 
-__all__ = ["ABORT", "COMMIT", "control_key", "marker_name", "marker_type", "same_marker"]
+__all__ = [
+    "ABORT",
+    "COMMIT",
+    "control_key",
+    "describe_transactions_at",
+    "marker_name",
+    "marker_type",
+    "same_marker",
+]
 
 ABORT = 0
 COMMIT = 1
@@ -57,4 +66,32 @@ def same_marker(a: Batch, b: Batch) -> bool:
         and b.is_control
         and a.base_offset == b.base_offset
         and marker_type(a) == marker_type(b)
+    )
+
+
+def describe_transactions_at(batches: Mapping[str, Batch | None], offset: int) -> str | None:
+    """Where clusters disagree at ``offset`` because one holds a transaction marker and another
+    data: which transaction, by producer id, each holds there (a replayed
+    transaction that its local coordinator ended early, e.g. aborted when no run resumed it
+    within the transaction timeout, reads like this). None when that is not the difference."""
+    markers = {n: b for n, b in batches.items() if b is not None and b.is_control}
+    data = {n: b for n, b in batches.items() if b is not None and not b.is_control}
+    if not markers or not data:
+        return None
+    parts = []
+    for n, b in markers.items():
+        try:
+            kind = marker_name(marker_type(b))
+        except PartsyncError:
+            kind = "control"
+        parts.append(f"{n} holds the {kind} marker of producer id {b.producer_id} (epoch "
+                     f"{b.producer_epoch}) at offset {offset}")  # fmt: skip
+    for n, b in data.items():
+        what = (f"data of the transaction of producer id {b.producer_id} (epoch "
+                f"{b.producer_epoch})" if b.is_transactional else "data outside any transaction")  # fmt: skip
+        parts.append(f"{n} holds {what} there, in batch {b.base_offset}..{b.last_offset}")
+    return (
+        "; ".join(parts) + ": a transaction ended at a different offset, as when a replayed "
+        "transaction's local coordinator aborted it (no run resumed it within "
+        "--transaction-timeout)"
     )

@@ -23,6 +23,7 @@ from tests.conftest import CliResult
 from tests.integration.sync_support import (
     Clusters,
     by_partition,
+    check_plan,
     consumed,
     ends,
     fetch_batches,
@@ -122,7 +123,7 @@ def _assert_scan_predicts(
     says where a sync that refuses holes stops (exit 3), before anything is written."""
     refused = psync("plan", "--topic", topic, "--sources", sources, "--scan", "--json")
     assert refused.code == 3, refused.stdout + refused.stderr
-    scan = refused.json["topics"][0]["partitions"][0]["scan"]
+    scan = check_plan(refused.json)[(topic, 0)]["scan"]
     assert (scan["holes"], scan["batches_with_holes"]) == (holes, reencoded), scan
     assert scan["stop"]["refused"] and scan["stop"]["offset"] == first_hole, scan
     text = psync("plan", "--topic", topic, "--sources", sources, "--scan")
@@ -130,7 +131,7 @@ def _assert_scan_predicts(
     filled = psync("plan", "--topic", topic, "--sources", sources, "--scan", "--json",
                    "--compaction-holes", "fill")  # fmt: skip
     assert filled.code == 0, filled.stdout + filled.stderr
-    scan = filled.json["topics"][0]["partitions"][0]["scan"]
+    scan = check_plan(filled.json)[(topic, 0)]["scan"]
     assert (scan["holes"], scan["batches_with_holes"], scan["stop"]) == (holes, reencoded, None)
 
 

@@ -23,6 +23,7 @@ from tests.conftest import CliResult
 from tests.integration.sync_support import (
     Clusters,
     by_partition,
+    check_plan,
     ends,
     fetch_batches,
     records,
@@ -140,13 +141,13 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
 
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
     assert planned.code == 0, planned.stdout + planned.stderr
-    scan = planned.json["topics"][0]["partitions"][0]["scan"]
+    scan = check_plan(planned.json)[(topic, 0)]["scan"]
     assert (scan["committed"], scan["aborted"], scan["most_open_transactions"]) == (2, 2, 2)
     assert (scan["open_at_end"], scan["quiet_end"], scan["stop"]) == ([], end, None), scan
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan",
                     "--transactions", "refuse")  # fmt: skip
     assert planned.code == 3, planned.stdout + planned.stderr
-    stop = planned.json["topics"][0]["partitions"][0]["scan"]["stop"]
+    stop = check_plan(planned.json)[(topic, 0)]["scan"]["stop"]
     assert stop["refused"] and stop["offset"] == 10, stop
     refused = psync("sync", "--topic", topic, "--sources", "a", "--json", "--transactions",
                     "refuse")  # fmt: skip
@@ -179,7 +180,7 @@ def test_a_transaction_still_open_in_the_source_waits_for_its_marker(
     produce(a, topic, records(5, seed=3), partition=0)
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
     assert planned.code == 0, planned.stdout + planned.stderr
-    scan = planned.json["topics"][0]["partitions"][0]["scan"]
+    scan = check_plan(planned.json)[(topic, 0)]["scan"]
     assert (len(scan["open_at_end"]), scan["quiet_end"]) == (1, 10), scan
     assert scan["stop"]["offset"] == 10 and not scan["stop"]["refused"], scan
 
@@ -370,9 +371,14 @@ def test_a_killed_replay_not_resumed_in_time_is_reported_where_it_diverges(
     e = by_partition(r.json, topic)[0]
     assert e["status"] == "unsafe" and f"offset {killed_at}" in e["reason"], e
     assert "aborted a replayed transaction" in e["reason"], e
-    d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", "record", "--json")
-    assert d.code == 3, d.stdout + d.stderr
-    assert str(killed_at) in d.stdout, d.stdout
+    for level in ("record", "batch"):
+        d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", level, "--json")
+        assert d.code == 3, d.stdout + d.stderr
+        p = d.json["topics"][0]["partitions"][0]
+        assert p["first_divergent_offset"] == killed_at, p
+        assert (f"local holds the abort marker of producer id {last.producer_id} (epoch "
+                f"{last.producer_epoch}) at offset {killed_at}") in p["reason"], p  # fmt: skip
+        assert "a holds data" in p["reason"], p
 
 
 def test_a_follower_waits_for_the_marker_of_an_open_transaction(

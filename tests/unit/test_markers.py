@@ -14,6 +14,7 @@ from partsync.wire.digest import describe_record_difference
 from partsync.wire.markers import ABORT, COMMIT, marker_type, same_marker
 from partsync.wire.records import decode_records, encode_varint
 from tests.unit.test_batch import TS, build
+from tests.unit.test_batch import parse as parse_batch
 
 CONTROL = 0x30  # control + transactional, as a coordinator writes a marker
 
@@ -94,3 +95,20 @@ def test_diff_describes_a_commit_against_an_abort() -> None:
     assert said == "local's transaction marker is an abort, a's a commit"
     same = decode_records(marker(COMMIT, epoch=9, ts=TS + 1))[0]
     assert describe_record_difference({"a": ours, "local": same}, "a") == "records are equal"
+
+
+def test_a_marker_where_another_cluster_holds_transaction_data_names_both_transactions() -> None:
+    from partsync.wire.markers import describe_transactions_at
+
+    data = parse_batch(build(3, base_offset=40, producer=(9, 2, 0), transactional=True))
+    said = describe_transactions_at({"local": marker(ABORT, producer=(7, 1)), "a": data}, 40)
+    assert said is not None
+    assert "local holds the abort marker of producer id 7 (epoch 1) at offset 40" in said
+    assert "a holds data of the transaction of producer id 9 (epoch 2) there" in said
+    plain = describe_transactions_at(
+        {"local": marker(COMMIT), "a": parse_batch(build(2, base_offset=40))}, 40
+    )
+    assert plain is not None and "a holds data outside any transaction there" in plain
+    assert describe_transactions_at({"local": data, "a": data}, 40) is None
+    assert describe_transactions_at({"local": marker(ABORT), "a": marker(COMMIT)}, 40) is None
+    assert describe_transactions_at({"local": marker(ABORT), "a": None}, 40) is None
