@@ -22,7 +22,7 @@ from partsync.copy.boundary import check_local_boundary, trim_bootstrap_head
 from partsync.copy.context import CopyContext, ProgressFn
 from partsync.copy.fetcher import plan_pieces, start_fetchers
 from partsync.copy.options import CopyOptions
-from partsync.copy.producer import ProducerSession, open_producer
+from partsync.copy.producer import ProducerSession, open_producer_for
 from partsync.errors import ClusterError, FencedError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import Condition, PartitionPlan
@@ -74,9 +74,7 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
 
 
 def _open(ctx: CopyContext) -> ProducerSession:
-    return open_producer(ctx.local, ctx.topic, ctx.partition, ctx.opts.fencing,
-                         txn_slots=ctx.opts.replay_transactions,
-                         txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
+    return open_producer_for(ctx.local, ctx.topic, ctx.partition, ctx.opts)
 
 
 def copy_partition(

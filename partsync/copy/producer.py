@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from partsync._kafka import TxnState
+from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, PartsyncError
 from partsync.io.cluster import Cluster
 
@@ -16,6 +17,7 @@ __all__ = [
     "fence_slots",
     "open_fenced_producers",
     "open_producer",
+    "open_producer_for",
     "renew_producer",
     "slot_id",
     "take_up_slots",
@@ -98,6 +100,16 @@ def open_producer(
 
 
 _ENDING = ("PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+
+def open_producer_for(
+    local: Cluster, topic: str, partition: int, opts: CopyOptions
+) -> ProducerSession:
+    """``open_producer`` as a copy with ``opts`` needs it: fenced unless ``--no-fencing``, with
+    the transaction slots a replay of transactions uses."""
+    return open_producer(local, topic, partition, opts.fencing,
+                         txn_slots=opts.replay_transactions,
+                         txn_timeout_ms=opts.transaction_timeout_ms)  # fmt: skip
 
 
 def take_up_slots(

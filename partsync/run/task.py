@@ -24,7 +24,7 @@ from partsync.copy.boundary import local_for_plan
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
-from partsync.copy.producer import ProducerSession, open_producer, renew_producer
+from partsync.copy.producer import ProducerSession, open_producer_for, renew_producer
 from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
@@ -174,10 +174,8 @@ def copy_round(
         if plan.condition is Condition.BEHIND and (session is None or not session.usable):
             # About to write: take the partition over first (the new producer epoch fences any
             # earlier writer), then read the local end again, after the fence.
-            session = open_producer(local, task.plan.topic, task.plan.partition,
-                                    task.options.fencing,
-                                    txn_slots=task.options.replay_transactions,
-                                    txn_timeout_ms=task.options.transaction_timeout_ms)  # fmt: skip
+            session = open_producer_for(local, task.plan.topic, task.plan.partition,
+                                        task.options)  # fmt: skip
             plan = refresh_plan(task, local, sources, dict(plan.sources))
         if reuse and (
             plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND

@@ -216,6 +216,22 @@ def _interleaved_history(clusters: Clusters, topic: str, rounds: int) -> None:
         produce(a, topic, records(3, seed=100 * i + 7), partition=0)
 
 
+def _a_last_run_mirrors_it(clusters: Clusters, psync: Run, topic: str, seen: list[int]) -> None:
+    """After the killed runs (the local ends each left: ``seen``), one run ends the mirror:
+    every batch and marker at the source's offset, and diff agrees at both levels."""
+    from tests.integration.test_faults import STALL_BOUND_S
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY,
+              timeout=STALL_BOUND_S)  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert seen == sorted(seen), f"the local log went back between kills: {seen}"
+    assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
+    _assert_mirrored(clusters, topic)
+    for level in ("record", "batch"):
+        d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", level, "--json")
+        assert d.code == 0, (level, d.stdout + d.stderr)
+
+
 @pytest.mark.faults
 def test_a_replay_killed_again_and_again_resumes_the_transactions_it_left_open(
     clusters: Clusters, psync: Run, topic: str
@@ -251,13 +267,7 @@ def test_a_replay_killed_again_and_again_resumes_the_transactions_it_left_open(
     finally:
         clusters.proxy.shape = None
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY,
-              timeout=STALL_BOUND_S)  # fmt: skip
-
-    assert r.code == 0, r.stdout + r.stderr
-    assert seen == sorted(seen), f"the local log went back between kills: {seen}"
-    assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
-    _assert_mirrored(clusters, topic)
+    _a_last_run_mirrors_it(clusters, psync, topic, seen)
 
 
 # Where a replay is killed: (request, which one of the run's, after its answer reached the run).
@@ -309,16 +319,7 @@ def test_a_replay_killed_at_each_of_its_steps_is_taken_up_by_the_next_run(
         seen.append(ends(local, topic, 1)[0])
     proxy.reset()
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY,
-              timeout=STALL_BOUND_S)  # fmt: skip
-
-    assert r.code == 0, r.stdout + r.stderr
-    assert seen == sorted(seen), f"the local log went back between kills: {seen}"
-    assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
-    _assert_mirrored(clusters, topic)
-    for level in ("record", "batch"):
-        d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", level, "--json")
-        assert d.code == 0, (level, d.stdout + d.stderr)
+    _a_last_run_mirrors_it(clusters, psync, topic, seen)
 
 
 def _wait_for_an_open_local_transaction(local: Broker, topic: str, *, is_open: bool = True) -> None:
