@@ -2,29 +2,58 @@
 holes and transactions (``partsync plan --scan``).
 
 The census reads batch headers only (no decompression), so it costs what fetching the range
-costs. It counts what a sync would do there: the offsets ``--compaction-holes fill`` fills (hole
-records between batches and inside the batches the cleaner thinned), the batches it re-encodes,
-the transactions ``--transactions replay`` replays, and where a replay would stop because a
-transaction has no marker yet (the last *quiet point*: an offset where no transaction seen is
-open, as ``copy.txn_replay`` holds batches back from a transaction's first batch until every
-transaction seen has its marker). ``stop`` then says where a sync with given options would
-refuse the partition or wait, and why.
+costs. It follows the batches as a sync with given options would append them
+(``copy.appender``, ``copy.txn_replay``), batch-level rules only:
+
+- a gap between batches or a batch with holes inside is refused without ``fill_holes``, and
+  with it needs a compacted local topic; with it, the gap is filled with hole records and the
+  batch re-encoded (``wire.holes``);
+- ``wire.batch.check_appendable`` refuses markers and transactional data without ``replay``,
+  LogAppendTime batches, and markers or control batches with holes;
+- a replay holds batches back from a transaction's first batch until every transaction seen
+  has its marker (a *quiet point*), refuses more than ``slots`` transactions open at once and a
+  hold beyond ``max_held_bytes``, and a run ends at the last quiet point;
+- a mirror started at the sources' log start (``bootstrap``) appends fillers up to its first
+  batch, which a compacted local topic cannot take, and must not start inside a transaction.
+
+The counts are of what such a sync copies, up to where it stops; ``ScanStop`` says where and
+why it stops short of the range's end. Record-level rules (a keyless record for a compacted
+local topic, a record under the hole key) are not followed: they need the records.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from partsync.wire.batch import Batch
+from partsync.errors import UnsafeError
+from partsync.wire.batch import Batch, check_appendable
 from partsync.wire.markers import ABORT, marker_type
 
-__all__ = ["Census", "PartitionScan", "RangeCensus", "ScanStop", "scan_stop"]
+__all__ = ["Census", "PartitionScan", "RangeCensus", "ScanOptions", "ScanStop"]
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What the census follows: the sync's options and the local topic."""
+
+    fill_holes: bool = False  # --compaction-holes fill
+    replay: bool = True  # --transactions replay
+    # Whether the local topic is compacted (hole records need it, fillers cannot have it);
+    # None: not known yet (a topic the sync creates takes its source's cleanup.policy).
+    compacted: bool | None = False
+    slots: int = 8  # transactions a replay keeps open at once
+    max_held_bytes: int = 64 << 20  # --max-in-flight-bytes: what a replay may hold back
+    # The sources' log start, where the mirror of an empty local partition starts (the plan's
+    # bootstrap): its first batch is copied whole, and fillers, not holes, lead up to it.
+    bootstrap_at: int | None = None
 
 
 @dataclass(frozen=True)
 class RangeCensus:
-    """The census of ``[start, end)`` of one partition (``end``: where the scan stopped)."""
+    """What a sync copies from ``start`` (the local log end) up to ``end`` (where it would
+    leave the local log end), and what it saw of the range beyond that."""
 
     start: int
     end: int
@@ -35,22 +64,14 @@ class RangeCensus:
     # Offsets cleaned out of batches that were kept (empty batches included).
     holes_inside: int = 0
     batches_with_holes: int = 0  # re-encoded by a fill
-    first_hole: int | None = None
     transactional_batches: int = 0
     committed: int = 0
     aborted: int = 0
-    first_transactional: int | None = None
-    first_log_append_time: int | None = None
-    # The most transactions open at once, and where that many first were.
+    # The most transactions open at once, and the most bytes a replay held back at once.
     most_open: int = 0
-    most_open_at: int | None = None
-    # Source producer ids whose transaction has no marker by ``end``, and the last quiet point.
-    open_at_end: tuple[int, ...] = ()
-    quiet_end: int = 0
-    # The most bytes a replay holds back at once (from a transaction's first batch), and the
-    # quiet point that hold starts at.
     most_held_bytes: int = 0
-    most_held_from: int = 0
+    # Source producer ids whose transaction has no marker by the range's end.
+    open_at_end: tuple[int, ...] = ()
 
     @property
     def holes(self) -> int:
@@ -74,109 +95,9 @@ class RangeCensus:
             "committed": self.committed,
             "aborted": self.aborted,
             "most_open_transactions": self.most_open,
-            "open_at_end": list(self.open_at_end),
-            "quiet_end": self.quiet_end,
             "most_held_bytes": self.most_held_bytes,
+            "open_at_end": list(self.open_at_end),
         }
-
-
-@dataclass
-class Census:
-    """Builds a ``RangeCensus`` from the batches of ``[start, ...)`` in log order. A batch that
-    starts below the offset reached so far (the batch straddling the range's start, already in
-    the local log, or one a second read of a straddling batch returns again) is skipped."""
-
-    start: int
-    _at: int = field(init=False)
-    _c: dict[str, int] = field(init=False, default_factory=dict)
-    _open: dict[int, int] = field(init=False, default_factory=dict)  # producer id -> first
-    _first_hole: int | None = field(init=False, default=None)
-    _first_txn: int | None = field(init=False, default=None)
-    _first_lat: int | None = field(init=False, default=None)
-    _most_open: int = field(init=False, default=0)
-    _most_open_at: int | None = field(init=False, default=None)
-    _quiet: int = field(init=False)
-    _held: int = field(init=False, default=0)
-    _most_held: int = field(init=False, default=0)
-    _most_held_from: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        self._at = self._quiet = self.start
-
-    def _add(self, key: str, n: int = 1) -> None:
-        self._c[key] = self._c.get(key, 0) + n
-
-    def add(self, b: Batch) -> None:
-        if b.base_offset < self._at:
-            self._at = max(self._at, b.next_offset)
-            return
-        if not self._open:
-            self._quiet = b.base_offset  # a gap before it is filled at once
-        if b.base_offset > self._at:
-            self._add("between", b.base_offset - self._at)
-            self._hole(self._at)
-        self._add("batches")
-        self._add("bytes", b.size)
-        inside = b.last_offset_delta + 1 - b.record_count
-        if inside and not b.is_control:
-            self._add("inside", inside)
-            self._add("with_holes")
-            self._hole(b.base_offset)
-        if b.is_transactional and self._first_txn is None:
-            self._first_txn = b.base_offset
-        if b.log_append_time and self._first_lat is None:
-            self._first_lat = b.base_offset
-        if b.is_control:
-            self._add("aborted" if marker_type(b) == ABORT else "committed")
-            self._open.pop(b.producer_id, None)
-        elif b.is_transactional:
-            self._add("transactional")
-            self._open.setdefault(b.producer_id, b.base_offset)
-            if len(self._open) > self._most_open:
-                self._most_open, self._most_open_at = len(self._open), b.base_offset
-        if self._open or self._held:
-            self._held += b.size
-            if self._held > self._most_held:
-                self._most_held, self._most_held_from = self._held, self._quiet
-        if not self._open:
-            self._quiet, self._held = b.next_offset, 0
-        self._at = b.next_offset
-
-    def _hole(self, offset: int) -> None:
-        if self._first_hole is None:
-            self._first_hole = offset
-
-    def result(self, end: int | None = None) -> RangeCensus:
-        """The census so far; ``end``: the range's end, when every batch below it was added
-        (a gap up to it counts as holes only if a batch followed it, which a read stops at)."""
-        reached = self._at if end is None else max(self._at, end)
-        c = self._c.get
-        return RangeCensus(
-            start=self.start,
-            end=reached,
-            batches=c("batches", 0),
-            bytes=c("bytes", 0),
-            holes_between=c("between", 0),
-            holes_inside=c("inside", 0),
-            batches_with_holes=c("with_holes", 0),
-            first_hole=self._first_hole,
-            transactional_batches=c("transactional", 0),
-            committed=c("committed", 0),
-            aborted=c("aborted", 0),
-            first_transactional=self._first_txn,
-            first_log_append_time=self._first_lat,
-            most_open=self._most_open,
-            most_open_at=self._most_open_at,
-            open_at_end=tuple(sorted(self._open, key=self._open.__getitem__)),
-            quiet_end=reached if not self._open else self._quiet,
-            most_held_bytes=self._most_held,
-            most_held_from=self._most_held_from,
-        )
-
-    def add_all(self, batches: Iterable[Batch]) -> Census:
-        for b in batches:
-            self.add(b)
-        return self
 
 
 @dataclass(frozen=True)
@@ -192,57 +113,11 @@ class ScanStop:
         return {"offset": self.offset, "reason": self.reason, "refused": self.refused}
 
 
-def scan_stop(
-    c: RangeCensus,
-    *,
-    fill_holes: bool,
-    replay: bool,
-    compacted: bool,
-    slots: int,
-    max_held_bytes: int,
-) -> ScanStop | None:
-    """The first place a sync would stop within the census's range, or None if it copies it
-    all. ``compacted``: whether the local topic is (fills need it); ``slots``: how many
-    transactions a replay keeps open at once; ``max_held_bytes``: --max-in-flight-bytes."""
-    stops: list[ScanStop] = []
-    hole = (f"offset {c.first_hole}: compaction holes start there (offsets the log cleaner "
-            "emptied)")  # fmt: skip
-    if c.first_hole is not None and not fill_holes:
-        stops.append(ScanStop(c.first_hole, f"{hole}; --compaction-holes fill copies them",
-                              refused=True))  # fmt: skip
-    elif c.first_hole is not None and not compacted:
-        stops.append(ScanStop(c.first_hole, f"{hole}, and --compaction-holes fill needs a "
-                              "compacted local topic (cleanup.policy has compact)",
-                              refused=True))  # fmt: skip
-    if c.first_transactional is not None and not replay:
-        stops.append(ScanStop(c.first_transactional, f"offset {c.first_transactional} holds "
-                              "transactional data or a marker; --transactions replay copies "
-                              "them", refused=True))  # fmt: skip
-    if c.first_log_append_time is not None:
-        stops.append(ScanStop(c.first_log_append_time, f"offset {c.first_log_append_time}: "
-                              "a batch with LogAppendTime timestamps, which no copy keeps as "
-                              "it is", refused=True))  # fmt: skip
-    if replay and c.most_open > slots and c.most_open_at is not None:
-        stops.append(ScanStop(c.most_open_at, f"{c.most_open} source transactions are open at "
-                              f"once at offset {c.most_open_at}; a replay keeps at most "
-                              f"{slots} open per partition", refused=True))  # fmt: skip
-    if replay and c.most_held_bytes > max_held_bytes:
-        stops.append(ScanStop(c.most_held_from, f"a replay would hold {c.most_held_bytes} "
-                              "bytes of open transactions back, more than --max-in-flight-bytes "
-                              f"({max_held_bytes})", refused=True))  # fmt: skip
-    if replay and c.open_at_end:
-        ids = ", ".join(str(p) for p in c.open_at_end)
-        stops.append(ScanStop(c.quiet_end, f"the source transactions of producer ids {ids} "
-                              f"have no marker yet: a sync copies up to offset {c.quiet_end} "
-                              "and the rest once the source has ended them",
-                              refused=False))  # fmt: skip
-    return min(stops, key=lambda s: (s.offset, not s.refused), default=None)
-
-
 @dataclass(frozen=True)
 class PartitionScan:
     """``plan --scan`` of one partition: the census of its planned ranges and where a sync
-    with the scan's options would stop in them, or why the scan failed."""
+    with the scan's options would stop in them, or why the scan failed (with the census of
+    what it read before)."""
 
     census: RangeCensus | None = None
     stop: ScanStop | None = None
@@ -254,3 +129,166 @@ class PartitionScan:
             "stop": None if self.stop is None else self.stop.to_dict(),
             "error": self.error,
         }
+
+
+class Census:
+    """Takes the batches of a range in log order (``add``) as a sync would append them, and
+    says what it copies and where it stops (``result``). A batch that starts below the offset
+    reached (one straddling a chunk's cut, read again with the next chunk) is skipped."""
+
+    def __init__(self, start: int, opts: ScanOptions) -> None:
+        self.start = start
+        self.opts = opts
+        self.refusal: ScanStop | None = None
+        self._at = start  # the next offset a batch must start at
+        self._copied: Counter[str] = Counter()  # appended: up to the last quiet point
+        self._held: Counter[str] = Counter()  # held back since the last quiet point
+        self._holding = False
+        self._held_bytes = 0
+        self._open: dict[int, int] = {}  # source producer id -> its transaction's first offset
+        self._quiet = start
+        self._most_open = 0
+        self._most_held = 0
+        self._first = True
+
+    @property
+    def reached(self) -> int:
+        """The offset the batches added so far reach."""
+        return self._at
+
+    def add(self, b: Batch) -> bool:
+        """Take the next batch; False once a sync would have refused (read no further)."""
+        if self.refusal is not None:
+            return False
+        boot = self._first and self.opts.bootstrap_at is not None
+        if b.base_offset < self._at and not boot:
+            self._at = max(self._at, b.next_offset)
+            return True
+        try:
+            if boot:
+                self._start_mirror(b)
+            self._take(b)
+        except UnsafeError as e:
+            offset = b.base_offset if e.offset is None else e.offset
+            self.refusal = ScanStop(offset, e.reason, refused=True)
+            return False
+        self._first = False
+        return True
+
+    def add_all(self, batches: Iterable[Batch]) -> bool:
+        """``add`` each; False once a sync would have refused."""
+        return all(self.add(b) for b in batches)
+
+    def _start_mirror(self, b: Batch) -> None:
+        if self.opts.compacted is True:
+            raise UnsafeError(
+                f"starting the mirror at offset {b.base_offset} needs filler records up to it, "
+                "which a compacted local topic rejects",
+                offset=self._at,
+            )
+        self._at = self._quiet = max(self._at, b.base_offset)  # fillers, then deleted
+
+    def _take(self, b: Batch) -> None:
+        opts = self.opts
+        if b.base_offset > self._at:
+            if not opts.fill_holes or opts.compacted is False:
+                raise self._holes_refused(self._at, f"offsets {self._at}..{b.base_offset - 1}")
+            self._send(b.base_offset, 0, between=b.base_offset - self._at)  # hole records
+        filled = opts.fill_holes and b.has_holes and not b.is_control
+        if filled and opts.compacted is False:
+            raise self._holes_refused(b.base_offset, f"batch {b.base_offset}..{b.last_offset}")
+        try:
+            check_appendable(b, transactions=opts.replay)
+        except UnsafeError:
+            if not filled or b.log_append_time or (b.is_transactional and not opts.replay):
+                raise  # refused for more than its holes
+        counts = {"batches": 1, "bytes": b.size}
+        if filled:
+            counts |= {"inside": b.last_offset_delta + 1 - b.record_count, "with_holes": 1}
+        if b.is_control:
+            if b.producer_id not in self._open and len(self._open) >= opts.slots:
+                raise self._too_many(b.base_offset)  # an empty transaction needs a slot too
+            counts["aborted" if marker_type(b) == ABORT else "committed"] = 1
+            self._open.pop(b.producer_id, None)
+        elif b.is_transactional:
+            counts["transactional"] = 1
+            self._open.setdefault(b.producer_id, b.base_offset)
+            if len(self._open) > opts.slots:
+                raise self._too_many(b.base_offset)
+            self._most_open = max(self._most_open, len(self._open))
+        self._send(b.next_offset, b.size, **counts)
+        start = opts.bootstrap_at
+        straddles = start is not None and b.base_offset < start <= b.last_offset
+        if self._first and straddles and self._holding:
+            raise UnsafeError(
+                f"the mirror would start inside a transaction ({b.describe()} holds the "
+                "sources' log start and its transaction has no marker yet)",
+                offset=b.base_offset,
+            )
+        self._at = b.next_offset
+
+    def _send(self, next_offset: int, size: int, **counts: int) -> None:
+        """One append as ``TxnReplay.send`` takes it: appended at once, or held while a
+        transaction is open and appended with everything held at the next quiet point."""
+        self._held.update(counts)
+        if not self._open and not self._holding:
+            self._quiet_at(next_offset)
+            return
+        self._holding = True
+        self._held_bytes += size
+        self._most_held = max(self._most_held, self._held_bytes)
+        if not self._open:
+            self._quiet_at(next_offset)
+        elif self._held_bytes > self.opts.max_held_bytes:
+            first = min(self._open.values())
+            raise UnsafeError(
+                f"the transaction from offset {first} is still open after {self._held_bytes} "
+                f"bytes, more than --max-in-flight-bytes ({self.opts.max_held_bytes}): a "
+                "replay holds a transaction's batches until it ends",
+                offset=first,
+            )
+
+    def _quiet_at(self, offset: int) -> None:
+        self._copied.update(self._held)
+        self._held.clear()
+        self._holding, self._held_bytes, self._quiet = False, 0, offset
+
+    def _holes_refused(self, offset: int, where: str) -> UnsafeError:
+        why = ("--compaction-holes fill copies them" if not self.opts.fill_holes
+               else "--compaction-holes fill needs a compacted local topic")  # fmt: skip
+        return UnsafeError(f"compaction holes at offset {offset} ({where}: offsets the log "
+                           f"cleaner emptied); {why}", offset=offset)  # fmt: skip
+
+    def _too_many(self, offset: int) -> UnsafeError:
+        return UnsafeError(
+            f"more than {self.opts.slots} source transactions are open at once at offset "
+            f"{offset}; a replay keeps at most {self.opts.slots} open per partition",
+            offset=offset,
+        )
+
+    def result(self, end: int) -> tuple[RangeCensus, ScanStop | None]:
+        """The census, and where a sync stops short of ``end`` (the range's end, every batch
+        below it added unless a refusal stopped the reading)."""
+        c = self._copied.get
+        stop = self.refusal
+        if stop is None and self._open:
+            ids = ", ".join(str(p) for p in self._open)
+            stop = ScanStop(self._quiet, f"the source transactions of producer ids {ids} have "
+                            f"no marker yet: a sync copies up to offset {self._quiet} and the "
+                            "rest once the source has ended them", refused=False)  # fmt: skip
+        census = RangeCensus(
+            start=self.start,
+            end=self._quiet if stop is not None else max(self._at, end),
+            batches=c("batches", 0),
+            bytes=c("bytes", 0),
+            holes_between=c("between", 0),
+            holes_inside=c("inside", 0),
+            batches_with_holes=c("with_holes", 0),
+            transactional_batches=c("transactional", 0),
+            committed=c("committed", 0),
+            aborted=c("aborted", 0),
+            most_open=self._most_open,
+            most_held_bytes=self._most_held,
+            open_at_end=tuple(self._open),
+        )
+        return census, stop

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from partsync.copy.producer import TXN_SLOTS
-from partsync.errors import PartsyncError, UnsafeError
+from partsync.errors import PartsyncError
 from partsync.io.pool import ClusterPool
 from partsync.io.reader import read_batches
-from partsync.plan.census import Census, PartitionScan, RangeCensus, ScanStop, scan_stop
+from partsync.plan.census import Census, PartitionScan, ScanOptions
 from partsync.plan.comparator import PartitionPlan
 from partsync.run.planner import SyncRequest, TopicPlan
 
@@ -46,39 +46,30 @@ def scan_topics(
 
 def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) -> PartitionPlan:
     refs = {ref.name: ref for ref in req.sources}
-    census = Census(p.copy_start)
+    opts = req.options
+    census = Census(p.local.end, ScanOptions(
+        fill_holes=opts.fill_holes,
+        replay=opts.replay_transactions,
+        compacted=None if tp.create is not None else tp.rules.compacted,
+        slots=TXN_SLOTS,
+        max_held_bytes=opts.max_in_flight_bytes,
+        bootstrap_at=p.copy_start if p.bootstrap else None,
+    ))  # fmt: skip
     try:
         for chunk in p.chunks:
             cluster = pool.get(refs[chunk.source])
             conn = cluster.connect_leader(p.topic, p.partition)
             try:
-                census.add_all(read_batches(conn, chunk.source, p.topic, p.partition,
-                                            max(chunk.start, census.result().end), chunk.end,
-                                            fetch_bytes=_FETCH_BYTES))  # fmt: skip
+                # A bootstrap copies the batch holding the sources' log start whole.
+                first = chunk is p.chunks[0] and p.bootstrap
+                start = chunk.start if first else max(chunk.start, census.reached)
+                read = read_batches(conn, chunk.source, p.topic, p.partition, start, chunk.end,
+                                    fetch_bytes=_FETCH_BYTES)  # fmt: skip
+                if not census.add_all(read):
+                    break  # a sync refuses the partition there
             finally:
                 cluster.release(conn)
-    except UnsafeError as e:  # a control record that is no transaction marker: a sync refuses it
-        found = census.result()
-        refusal = ScanStop(found.end if e.offset is None else e.offset, str(e), refused=True)
-        stop = _stop(found, tp, req)
-        if stop is None or (refusal.offset, False) < (stop.offset, not stop.refused):
-            stop = refusal
-        return dataclasses.replace(p, scan=PartitionScan(found, stop))
     except PartsyncError as e:
-        return dataclasses.replace(p, scan=PartitionScan(census.result(), error=str(e)))
-    found = census.result(p.target_end)
-    return dataclasses.replace(p, scan=PartitionScan(found, _stop(found, tp, req)))
-
-
-def _stop(found: RangeCensus, tp: TopicPlan, req: SyncRequest) -> ScanStop | None:
-    opts = req.options
-    return scan_stop(
-        found,
-        fill_holes=opts.fill_holes,
-        replay=opts.replay_transactions,
-        # A topic the sync creates takes its source's cleanup.policy, and only a compacted
-        # source has holes.
-        compacted=tp.rules.compacted or tp.create is not None,
-        slots=TXN_SLOTS,
-        max_held_bytes=opts.max_in_flight_bytes,
-    )
+        found, _stop = census.result(census.reached)
+        return dataclasses.replace(p, scan=PartitionScan(found, error=str(e)))
+    return dataclasses.replace(p, scan=PartitionScan(*census.result(p.target_end)))

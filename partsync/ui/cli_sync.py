@@ -41,6 +41,13 @@ compaction_holes_option = click.option(
     "Only a batch with holes inside is re-encoded (same codec and timestamps); every other "
     "batch stays shallow. Needs a compacted local topic.",
 )
+max_in_flight_option = click.option(
+    "--max-in-flight-bytes",
+    type=click.IntRange(min=1 << 16),
+    default=CopyOptions().max_in_flight_bytes,
+    show_default=True,
+    help="Memory bound per partition copy: fetched bytes not yet confirmed appended.",
+)
 transactions_option = click.option(
     "--transactions",
     type=click.Choice(["refuse", "replay"]),
@@ -63,11 +70,12 @@ transactions_option = click.option(
     help="Also read the ranges to copy from the sources that serve them (as much as a sync "
     "fetches; batch headers only, nothing decompressed) and report the compaction holes a "
     "sync fills, the batches it re-encodes, the transactions it replays, and where a sync "
-    "with the same --compaction-holes and --transactions would refuse (exit 3) or wait for "
-    "source transactions to end.",
+    "with the same --compaction-holes, --transactions and --max-in-flight-bytes would "
+    "refuse (exit 3) or wait for source transactions to end.",
 )
 @compaction_holes_option
 @transactions_option
+@max_in_flight_option
 @config_option
 @click.pass_obj
 def plan(
@@ -86,6 +94,7 @@ def plan(
     scan: bool,
     compaction_holes: str,
     transactions: str | None,
+    max_in_flight_bytes: int,
 ) -> None:
     """Show what `sync` would copy, per partition. Writes nothing.
 
@@ -99,7 +108,8 @@ def plan(
     from partsync.ui.render import plan_notes, plan_table, print_table
 
     options = CopyOptions(compaction_holes=compaction_holes,
-                          transactions=_transactions(transactions, fencing=True))  # fmt: skip
+                          transactions=_transactions(transactions, fencing=True),
+                          max_in_flight_bytes=max_in_flight_bytes)  # fmt: skip
     req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), sources, local,
                         partitions, chunk_offsets, create_missing, options,
                         on_retention_gap=on_retention_gap,
@@ -128,13 +138,7 @@ def plan(
 
 @click.command(epilog=EXIT_CODES_HELP)
 @selection_options
-@click.option(
-    "--max-in-flight-bytes",
-    type=click.IntRange(min=1 << 16),
-    default=CopyOptions().max_in_flight_bytes,
-    show_default=True,
-    help="Memory bound per partition copy: fetched bytes not yet confirmed appended.",
-)
+@max_in_flight_option
 @click.option(
     "--connections-per-broker",
     type=click.IntRange(min=1, max=16),

@@ -366,7 +366,7 @@ def check_plan(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
             assert p["scan"] is None or set(p["scan"]) == {
                 "start", "end", "batches", "bytes", "holes", "holes_between_batches",
                 "holes_inside_batches", "batches_with_holes", "transactional_batches",
-                "committed", "aborted", "most_open_transactions", "open_at_end", "quiet_end",
+                "committed", "aborted", "most_open_transactions", "open_at_end",
                 "most_held_bytes", "stop", "error",
             } or set(p["scan"]) == {"stop", "error"}, p  # fmt: skip
             assert p["condition"] in {"in-sync", "behind", "unsafe", "unknown"}, p

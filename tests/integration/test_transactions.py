@@ -143,7 +143,7 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
     assert planned.code == 0, planned.stdout + planned.stderr
     scan = check_plan(planned.json)[(topic, 0)]["scan"]
     assert (scan["committed"], scan["aborted"], scan["most_open_transactions"]) == (2, 2, 2)
-    assert (scan["open_at_end"], scan["quiet_end"], scan["stop"]) == ([], end, None), scan
+    assert (scan["open_at_end"], scan["end"], scan["stop"]) == ([], end, None), scan
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan",
                     "--transactions", "refuse")  # fmt: skip
     assert planned.code == 3, planned.stdout + planned.stderr
@@ -181,7 +181,7 @@ def test_a_transaction_still_open_in_the_source_waits_for_its_marker(
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
     assert planned.code == 0, planned.stdout + planned.stderr
     scan = check_plan(planned.json)[(topic, 0)]["scan"]
-    assert (len(scan["open_at_end"]), scan["quiet_end"]) == (1, 10), scan
+    assert (len(scan["open_at_end"]), scan["end"], scan["batches"]) == (1, 10, 1), scan
     assert scan["stop"]["offset"] == 10 and not scan["stop"]["refused"], scan
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
