@@ -32,6 +32,7 @@ from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slo
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
+from partsync.plan.txn_window import TxnWindow, too_many_open
 from partsync.retry import Backoff
 from partsync.wire.batch import Batch, iter_batches
 from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
@@ -72,9 +73,8 @@ class TxnReplay:
 
     def __init__(self, ctx: CopyContext, main: Sender, session: ProducerSession) -> None:
         self.ctx, self.main, self.session = ctx, main, session
-        self._held: list[_Held] = []
-        self._held_bytes = 0
-        self._open: dict[int, int] = {}  # source producer id -> its first offset, seen in order
+        # Source transactions seen and what is held until each has its marker.
+        self._window: TxnWindow[_Held] = TxnWindow(TXN_SLOTS, ctx.opts.max_in_flight_bytes)
         self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
         self._writers: dict[int, SharedWriter] = {}  # slot -> its writer
         self._active = main  # the sender whose appends may be in flight
@@ -85,7 +85,7 @@ class TxnReplay:
 
     @property
     def holding(self) -> bool:
-        return bool(self._held)
+        return self._window.holding
 
     # -- what the appender hands over ------------------------------------------------------
 
@@ -102,44 +102,25 @@ class TxnReplay:
         """Take the next batch (checked by the appender; the arguments are ``Sender.send``'s,
         for hole batches and batches with holes filled): held while any transaction seen is
         open, appended with everything held once none is."""
-        if b.is_control:
-            marker_type(b)  # only commit and abort markers can be replayed
-            self._open.pop(b.producer_id, None)
-        elif b.is_transactional and not filler:
-            self._open.setdefault(b.producer_id, b.base_offset)
-            if len(self._open) > TXN_SLOTS:  # before any of them is begun
-                raise self._too_many(b.base_offset, source)
         item = _Held(b, source, at, filler, 0 if filler else b.size if size is None else size,
                      holes)  # fmt: skip
-        if not self._open and not self._held:
-            self._append(item)
+        try:
+            ready = self._window.take(item, None if filler else b, item.size)
+        except UnsafeError as e:
+            e.cluster, e.topic, e.partition = source, self.ctx.topic, self.ctx.partition
+            raise
+        for h in ready:
+            self._append(h)
+        if ready:
             self.quiet_at = item.next_offset
-            return
-        self._held.append(item)
-        self._held_bytes += item.size
-        if not self._open:
-            held, self._held, self._held_bytes = self._held, [], 0
-            for h in held:
-                self._append(h)
-            self.quiet_at = item.next_offset
-        elif self._held_bytes > self.ctx.opts.max_in_flight_bytes:
-            pid, first = min(self._open.items(), key=lambda kv: kv[1])
-            raise UnsafeError(
-                f"the transaction of source producer {pid} from offset {first} is still open "
-                f"after {self._held_bytes} bytes, more than --max-in-flight-bytes "
-                f"({self.ctx.opts.max_in_flight_bytes}): a replay holds a transaction's batches "
-                "until it ends; raise --max-in-flight-bytes (and --memory-budget)",
-                cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
-                offset=first,
-            )  # fmt: skip
 
     def finish(self) -> None:
         """The end of the copy's batches: what is held (transactions the source has not ended
         within the range) stays for the next run; the copy ends at the last quiet point."""
         self.wait_confirmed()
-        if self._held:
+        if self._window.holding:
             open_txns = ", ".join(f"producer {pid} from offset {first}"
-                                  for pid, first in sorted(self._open.items(),
+                                  for pid, first in sorted(self._window.open.items(),
                                                            key=lambda kv: kv[1]))  # fmt: skip
             self.ctx.stopped_at = self.quiet_at
             resumed = ", ".join(f"{t.first}" for t in self._live.values())
@@ -151,7 +132,7 @@ class TxnReplay:
                 f"until its marker){kept}; the next run copies them once the source has ended "
                 "them"
             )
-            self._held.clear()
+            self._window.drop_held()
 
     def close(self) -> None:
         """Close the slots' writers (their appends were waited for, or the copy failed); the
@@ -211,7 +192,7 @@ class TxnReplay:
             )  # fmt: skip
         self._live[theirs.producer_id] = self._slot_txn(slot, first)
         if not theirs.is_control:  # a marker-only transaction just ends
-            self._open[theirs.producer_id] = first
+            self._window.open[theirs.producer_id] = first
         ctx.notes.append(f"resumed the local transaction left open from offset {first} (source "
                          f"producer {theirs.producer_id})")  # fmt: skip
 
@@ -234,7 +215,9 @@ class TxnReplay:
         busy = {t.slot for t in self._live.values()}
         free = [n for n in range(TXN_SLOTS) if n not in busy]
         if not free:  # every slot busy, a marker of a transaction with nothing left among them
-            raise self._too_many(first, ctx.local.name)
+            e = too_many_open(first, TXN_SLOTS)
+            e.cluster, e.topic, e.partition = ctx.local.name, ctx.topic, ctx.partition
+            raise e
         # Nothing in flight while the transaction starts: a run killed from here to its first
         # append leaves it open with nothing appended, and the next run resumes it for the
         # source transaction at its local end, which must be this one's first batch.
@@ -253,16 +236,6 @@ class TxnReplay:
         txn = self._slot_txn(slot, first)
         self._live[source_pid] = txn
         return txn
-
-    def _too_many(self, offset: int, cluster: str) -> UnsafeError:
-        return UnsafeError(
-            f"more than {TXN_SLOTS} source transactions are open at once at offset {offset}; a "
-            f"replay keeps at most {TXN_SLOTS} local transactions open per partition",
-            cluster=cluster,
-            topic=self.ctx.topic,
-            partition=self.ctx.partition,
-            offset=offset,
-        )
 
     def _fence_slots(self) -> None:
         """The copy's first transaction: fence the slots now. The fence planned none open

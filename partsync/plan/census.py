@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from partsync.errors import UnsafeError
+from partsync.plan.txn_window import TxnWindow, too_many_open
 from partsync.wire.batch import Batch, check_appendable
 from partsync.wire.markers import ABORT, marker_type
 
@@ -142,13 +143,9 @@ class Census:
         self.refusal: ScanStop | None = None
         self._at = start  # the next offset a batch must start at
         self._copied: Counter[str] = Counter()  # appended: up to the last quiet point
-        self._held: Counter[str] = Counter()  # held back since the last quiet point
-        self._holding = False
-        self._held_bytes = 0
-        self._open: dict[int, int] = {}  # source producer id -> its transaction's first offset
+        # What a replay holds back (the counts of each append) until a quiet point.
+        self._window: TxnWindow[dict[str, int]] = TxnWindow(opts.slots, opts.max_held_bytes)
         self._quiet = start
-        self._most_open = 0
-        self._most_held = 0
         self._first = True
 
     @property
@@ -193,7 +190,7 @@ class Census:
         if b.base_offset > self._at:
             if not opts.fill_holes or opts.compacted is False:
                 raise self._holes_refused(self._at, f"offsets {self._at}..{b.base_offset - 1}")
-            self._send(b.base_offset, 0, between=b.base_offset - self._at)  # hole records
+            self._send(b.base_offset, None, 0, between=b.base_offset - self._at)  # hole records
         filled = opts.fill_holes and b.has_holes and not b.is_control
         if filled and opts.compacted is False:
             raise self._holes_refused(b.base_offset, f"batch {b.base_offset}..{b.last_offset}")
@@ -205,21 +202,17 @@ class Census:
         counts = {"batches": 1, "bytes": b.size}
         if filled:
             counts |= {"inside": b.last_offset_delta + 1 - b.record_count, "with_holes": 1}
+        open_now = self._window.open
         if b.is_control:
-            if b.producer_id not in self._open and len(self._open) >= opts.slots:
-                raise self._too_many(b.base_offset)  # an empty transaction needs a slot too
+            if b.producer_id not in open_now and len(open_now) >= opts.slots:
+                raise too_many_open(b.base_offset, opts.slots)  # an empty one needs a slot too
             counts["aborted" if marker_type(b) == ABORT else "committed"] = 1
-            self._open.pop(b.producer_id, None)
         elif b.is_transactional:
             counts["transactional"] = 1
-            self._open.setdefault(b.producer_id, b.base_offset)
-            if len(self._open) > opts.slots:
-                raise self._too_many(b.base_offset)
-            self._most_open = max(self._most_open, len(self._open))
-        self._send(b.next_offset, b.size, **counts)
+        self._send(b.next_offset, b, b.size, **counts)
         start = opts.bootstrap_at
         straddles = start is not None and b.base_offset < start <= b.last_offset
-        if self._first and straddles and self._holding:
+        if self._first and straddles and self._window.holding:
             raise UnsafeError(
                 f"the mirror would start inside a transaction ({b.describe()} holds the "
                 "sources' log start and its transaction has no marker yet)",
@@ -227,31 +220,14 @@ class Census:
             )
         self._at = b.next_offset
 
-    def _send(self, next_offset: int, size: int, **counts: int) -> None:
-        """One append as ``TxnReplay.send`` takes it: appended at once, or held while a
+    def _send(self, next_offset: int, batch: Batch | None, size: int, **counts: int) -> None:
+        """One append, as ``TxnReplay.send`` takes it: appended at once, or held while a
         transaction is open and appended with everything held at the next quiet point."""
-        self._held.update(counts)
-        if not self._open and not self._holding:
-            self._quiet_at(next_offset)
-            return
-        self._holding = True
-        self._held_bytes += size
-        self._most_held = max(self._most_held, self._held_bytes)
-        if not self._open:
-            self._quiet_at(next_offset)
-        elif self._held_bytes > self.opts.max_held_bytes:
-            first = min(self._open.values())
-            raise UnsafeError(
-                f"the transaction from offset {first} is still open after {self._held_bytes} "
-                f"bytes, more than --max-in-flight-bytes ({self.opts.max_held_bytes}): a "
-                "replay holds a transaction's batches until it ends",
-                offset=first,
-            )
-
-    def _quiet_at(self, offset: int) -> None:
-        self._copied.update(self._held)
-        self._held.clear()
-        self._holding, self._held_bytes, self._quiet = False, 0, offset
+        ready = self._window.take(counts, batch, size)
+        for done in ready:
+            self._copied.update(done)
+        if ready:
+            self._quiet = next_offset
 
     def _holes_refused(self, offset: int, where: str) -> UnsafeError:
         why = ("--compaction-holes fill copies them" if not self.opts.fill_holes
@@ -259,20 +235,13 @@ class Census:
         return UnsafeError(f"compaction holes at offset {offset} ({where}: offsets the log "
                            f"cleaner emptied); {why}", offset=offset)  # fmt: skip
 
-    def _too_many(self, offset: int) -> UnsafeError:
-        return UnsafeError(
-            f"more than {self.opts.slots} source transactions are open at once at offset "
-            f"{offset}; a replay keeps at most {self.opts.slots} open per partition",
-            offset=offset,
-        )
-
     def result(self, end: int) -> tuple[RangeCensus, ScanStop | None]:
         """The census, and where a sync stops short of ``end`` (the range's end, every batch
         below it added unless a refusal stopped the reading)."""
         c = self._copied.get
         stop = self.refusal
-        if stop is None and self._open:
-            ids = ", ".join(str(p) for p in self._open)
+        if stop is None and self._window.open:
+            ids = ", ".join(str(p) for p in self._window.open)
             stop = ScanStop(self._quiet, f"the source transactions of producer ids {ids} have "
                             f"no marker yet: a sync copies up to offset {self._quiet} and the "
                             "rest once the source has ended them", refused=False)  # fmt: skip
@@ -287,8 +256,8 @@ class Census:
             transactional_batches=c("transactional", 0),
             committed=c("committed", 0),
             aborted=c("aborted", 0),
-            most_open=self._most_open,
-            most_held_bytes=self._most_held,
-            open_at_end=tuple(self._open),
+            most_open=self._window.most_open,
+            most_held_bytes=self._window.most_held_bytes,
+            open_at_end=tuple(self._window.open),
         )
         return census, stop
