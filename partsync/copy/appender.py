@@ -282,9 +282,12 @@ class Sender:
         filler: bool = False,
         size: int | None = None,
         holes: int = 0,
+        wait: bool = True,
     ) -> None:
         """Append ``b`` (a filler goes ``at`` the given offset and is not counted as copied;
-        a batch re-encoded with ``holes`` hole records counts as the ``size`` fetched)."""
+        a batch re-encoded with ``holes`` hole records counts as the ``size`` fetched).
+        Without ``wait`` any number of batches may be staged (a caller that serves many
+        partitions from one thread, whose byte budget bounds them)."""
         self.ctx.check_running()
         data = rewrite_parts(b, self.pid, self.epoch, self.sequence)  # views, not copies
         self.sequence = (self.sequence + b.record_count) & 0x7FFFFFFF
@@ -294,7 +297,7 @@ class Sender:
         with self._cv:
             if self._in_flight:
                 self._staged.append(nxt)  # the answers' checks submit it in turn
-                if len(self._staged) >= STAGED_MAX:
+                if wait and len(self._staged) >= STAGED_MAX:
                     # Woken by every answer's check (``_submit`` or ``_answered`` notify).
                     try:
                         self._wait(lambda: len(self._staged) <= STAGED_MAX // 2)

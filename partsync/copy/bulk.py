@@ -1,21 +1,29 @@
-"""Many small partitions copied together: ``copy_small``.
+"""Many partitions copied together: ``copy_small``.
 
 A first sync of 1000 one-record partitions spent ~17 ms of a parallelism slot on each, in
 machinery made for large copies (a worker and fetcher threads, pieces, a fetch and an append
-each waited for in turn). Here every partition's whole range is asked for at once through the
-fetch lanes (many partitions per Fetch request) and appended through the shared writer (many
-partitions per Produce request), with the same sender and the same check of every answer as
+each waited for in turn); 128 partitions of 1.6 MB each spent the same per partition, plus a
+thread hand-over per batch. Here every partition's range is read through the fetch lanes (many
+partitions per Fetch request) and appended through the shared writer (many partitions per
+Produce request), with the same sender and the same check of every answer as
 ``append_in_order``: one append in flight per partition, each verified to land at exactly the
-source's offset.
+source's offset. One thread drives them all: each partition has one fetch in flight, asked
+again as soon as its answer's batches are staged behind its append in flight, and the memory
+budget bounds what is fetched and not yet appended.
 
-Only partitions a single fetch can finish and whose copy needs no check against the local log
-take this path (``fits_small``); a partition whose fetch does not bring its whole range, or
-brings anything unusual, is handed back untouched (nothing appended), and the caller copies it
-the usual way, which also reports whatever was wrong with it.
+Only copies whose copy needs no check against the local log take this path (``fits_together``:
+one source, an empty local partition, no fillers; bigger than one fetch only over one
+connection per broker, since K connections are what the usual copy's pieces use on a long
+fat link). A partition whose first fetch brings anything unusual is handed back untouched
+(nothing appended), and the caller copies it the usual way, which also reports whatever was
+wrong with it; one that meets something unusual later (a transaction, a compaction hole, a
+batch the local topic would refuse, a throttled fetch) stops before it, and its usual rounds
+go on from the local end.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -29,7 +37,7 @@ from partsync.copy.fetcher import throttle
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_result
 from partsync.copy.producer import ProducerSession
-from partsync.errors import PartsyncError, UnsafeError
+from partsync.errors import ClusterError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer
 from partsync.io.reader import RangeRead
@@ -38,7 +46,14 @@ from partsync.plan.results import PartitionResult
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.wire.batch import Batch
 
-__all__ = ["SMALL_FETCH_BYTES", "SMALL_OFFSETS", "SmallCopy", "copy_small", "fits_small"]
+__all__ = [
+    "SMALL_FETCH_BYTES",
+    "SMALL_OFFSETS",
+    "SmallCopy",
+    "copy_small",
+    "fits_small",
+    "fits_together",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,31 +73,47 @@ TopicPartition = tuple[str, int]
 class SmallCopy:
     """One partition to copy: its plan, the local topic's rules, its fence (the session that
     fenced every earlier writer, or None where that failed: still under way while the source
-    is read, waited for before the local bounds are read again and anything is appended) and
-    its own stop (set when the partition is revoked or the run stops; the others go on)."""
+    is read, waited for before the local bounds are read again and anything is appended), its
+    own stop (set when the partition is revoked or the run stops; the others go on) and when it
+    has settled after that."""
 
     plan: PartitionPlan
     rules: LocalTopicRules
     fence: Future[ProducerSession | None]
     stop: threading.Event = field(default_factory=threading.Event)
+    # Set once nothing of the partition's is in flight any more and nothing more will be sent
+    # (its result is in, or it was handed back): a revoke waits for this, not the whole round.
+    settled: threading.Event = field(default_factory=threading.Event)
 
     @property
     def key(self) -> TopicPartition:
         return (self.plan.topic, self.plan.partition)
 
 
-def fits_small(plan: PartitionPlan) -> bool:
-    """A copy this path can make: behind by a few offsets, from one source, into an empty local
-    partition, starting at its end (no local batch to compare with, no fillers, no sources to
-    compare with each other)."""
+def _simple(plan: PartitionPlan) -> bool:
+    """From one source, into an empty local partition, starting at its end (no local batch to
+    compare with, no fillers, no sources to compare with each other)."""
     return (
         plan.condition is Condition.BEHIND
         and not plan.bootstrap
         and len(plan.serving) == 1
         and plan.local.end == plan.local.log_start
         and plan.chunks[0].start == plan.local.end
-        and 0 < plan.missing <= SMALL_OFFSETS
+        and plan.missing > 0
     )
+
+
+def fits_small(plan: PartitionPlan) -> bool:
+    """A copy one fetch can finish: behind by a few offsets, and ``_simple``."""
+    return _simple(plan) and plan.missing <= SMALL_OFFSETS
+
+
+def fits_together(plan: PartitionPlan, opts: CopyOptions) -> bool:
+    """A copy this path can make: ``fits_small``, or any size where the copy reads its source
+    over one connection (``connections_per_broker`` 1: the usual copy's K connections and
+    pieces are what a long fat link needs), one fetch after another, many partitions per
+    Fetch, as the many small ones are."""
+    return _simple(plan) and (plan.missing <= SMALL_OFFSETS or opts.connections_per_broker == 1)
 
 
 @dataclass(eq=False)
@@ -93,6 +124,7 @@ class _Job:
     read: RangeRead
     size: int
     fetch: FetchAnswer | None = None
+    expected: int = 0  # where the next batch must start (the local end after those sent)
     session: ProducerSession | None = None
     sender: Sender | None = None
     started: float = 0.0
@@ -118,6 +150,11 @@ def copy_small(
             log.exception("copying small partitions together failed")
             out.update((c.key, None) for c in copies[i:] if c.key not in out)
             break
+        finally:
+            for c in copies[i : i + wave]:
+                c.settled.set()
+    for c in copies:
+        c.settled.set()
     return out
 
 
@@ -139,8 +176,7 @@ def _wave(
             if job.copy.key in out:
                 continue
             if job.sender is not None:
-                _settle(job)
-                out[job.copy.key] = copy_result(job.ctx, job.started)
+                _finish(job, out)
             else:
                 _hand_back(job, out, "not sent")
         out.update((c.key, None) for c in copies if c.key not in out)
@@ -155,6 +191,7 @@ def _fetch_and_append(
     jobs: list[_Job],
     out: dict[TopicPartition, PartitionResult | None],
 ) -> None:
+    first_size = _fetch_size(opts, len(copies))
     for c in copies:
         plan = c.plan
         if c.stop.is_set():
@@ -162,7 +199,7 @@ def _fetch_and_append(
             continue
         source = plan.serving[0]
         ctx = CopyContext(plan, sources, local, opts, c.rules, progress, c.stop)
-        size = min(SMALL_FETCH_BYTES, opts.fetch_bytes)
+        size = min(SMALL_FETCH_BYTES, opts.fetch_bytes) if fits_small(plan) else first_size
         read = RangeRead(source, plan.topic, plan.partition, plan.copy_start, plan.target_end,
                          opts.fetch_bytes)  # fmt: skip
         job = _Job(c, ctx, source, read, size, started=time.monotonic())
@@ -203,9 +240,10 @@ def _fetch_and_append(
             job.ctx.fail(e)
         except Stop:
             pass  # the reason is in the context
+    _go_on(sending, sources, opts, out)
     for job in sending:
-        _settle(job)
-        out[job.copy.key] = copy_result(job.ctx, job.started)
+        if job.copy.key not in out:
+            _finish(job, out)
 
 
 def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
@@ -225,6 +263,14 @@ def _hand_back(job: _Job, out: dict[TopicPartition, PartitionResult | None], why
     log.debug("%s-%d goes the usual way: %s", job.ctx.topic, job.ctx.partition, why)
     job.ctx.budget.close()
     out[job.copy.key] = None
+    job.copy.settled.set()  # nothing appended
+
+
+def _finish(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> None:
+    """The partition's last append answered (``_settle``), its result into ``out``."""
+    _settle(job)
+    out[job.copy.key] = copy_result(job.ctx, job.started)
+    job.copy.settled.set()
 
 
 def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> list[Batch] | None:
@@ -254,9 +300,6 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
     except Stop:
         _hand_back(job, out, "stopped while fetching")
         return None
-    if not job.read.done:
-        _hand_back(job, out, "more than one fetch's worth")
-        return None
     expected = plan.copy_start
     for b in fetched.batches:
         if b.is_transactional or b.is_control:
@@ -269,9 +312,10 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
             _hand_back(job, out, str(e))
             return None
         expected = b.next_offset
-    if expected != plan.target_end:
+    if job.read.done and expected != plan.target_end:
         _hand_back(job, out, f"the batches end at {expected}, not {plan.target_end}")
         return None
+    job.expected = expected  # no whole batch yet (one bigger than the fetch): read on
     kept = sum(b.size for b in fetched.batches)
     ctx.budget.release(fetched.requested - kept)
     throttle(ctx, job.source, fetched.received)  # the run's and the source's byte rates
@@ -299,3 +343,133 @@ def _settle(job: _Job) -> None:
     """Wait for the partition's last answer, as at the end of ``append_in_order``."""
     assert job.session is not None
     finish(job.ctx, job.sender, job.session)
+
+
+class _HandedOn(ClusterError):
+    """A copy taken together stopped before a batch the usual rounds must see to (a
+    transaction, a compaction hole, a replica to read from): they go on from the local end,
+    after the usual wait."""
+
+
+def _go_on(
+    jobs: list[_Job],
+    sources: Mapping[str, Cluster],
+    opts: CopyOptions,
+    out: dict[TopicPartition, PartitionResult | None],
+) -> None:
+    """The rest of each partition's range, after its first fetch's batches were sent: one fetch
+    in flight per partition, asked again as soon as its answer's batches are sent (the lanes
+    pack many partitions into each Fetch request), each answer's batches checked as
+    ``append_in_order`` checks them and staged behind the partition's append in flight (one in
+    flight per partition, as always). The memory budget holds what is fetched and not yet
+    appended; every byte fetched is sent before this thread waits for room, so that wait never
+    waits on itself. A partition stopped on its own (revoked) settles at once, so a revoke
+    waits for its last append, not for the others to finish."""
+
+    def drop(job: _Job) -> None:
+        if job.copy.stop.is_set() and job.copy.key not in out:
+            _finish(job, out)
+
+    reading: list[_Job] = []
+    for job in jobs:
+        (reading.append if _reading(job) else drop)(job)
+    size = _fetch_size(opts, len(reading))
+    asked: collections.deque[_Job] = collections.deque()
+    starved: collections.deque[_Job] = collections.deque()  # no room in the budget yet
+    for job in reading:
+        (asked if _ask(job, sources, size, wait=False) else starved).append(job)
+    while asked or starved:
+        if not asked:
+            job = starved.popleft()
+            if _reading(job) and _ask(job, sources, size, wait=True):
+                asked.append(job)
+            else:
+                drop(job)
+            continue
+        job = asked.popleft()
+        _take_more(job)
+        if job.copy.stop.is_set():
+            drop(job)
+            continue
+        for _ in range(len(starved)):  # room the sends above may have made, oldest first
+            waiting = starved.popleft()
+            if not _reading(waiting):
+                drop(waiting)
+                continue
+            if not _ask(waiting, sources, size, wait=False):
+                starved.appendleft(waiting)
+                break
+            asked.append(waiting)
+        if _reading(job):
+            (asked if _ask(job, sources, size, wait=False) else starved).append(job)
+
+
+def _fetch_size(opts: CopyOptions, partitions: int) -> int:
+    """What each of ``partitions`` copies read together asks for per fetch: a quarter of the
+    memory budget between them, within a fetch's usual size."""
+    return max(SMALL_FETCH_BYTES, min(opts.fetch_bytes, opts.memory_budget // (4 * partitions)))
+
+
+def _reading(job: _Job) -> bool:
+    ctx = job.ctx
+    return not job.read.done and ctx.error is None and not ctx.stopping.is_set()
+
+
+def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) -> bool:
+    """Send the partition's next fetch (False: no room in the budget now, or it stopped)."""
+    ctx, plan = job.ctx, job.ctx.plan
+    size = max(size, job.read.least)
+    if not ctx.budget.acquire(size, 0, wait=wait):
+        return False
+    try:
+        lane = sources[job.source].fetch_lane(plan.topic, plan.partition, 0,
+                                              in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+        job.size = size
+        job.fetch = lane.submit(plan.topic, plan.partition, job.read.offset, size,
+                                max_wait_ms=ctx.opts.fetch_wait_ms,
+                                cancelled=ctx.stopping.is_set)  # fmt: skip
+    except PartsyncError as e:
+        ctx.budget.release(size)
+        ctx.fail(e)
+        return False
+    return True
+
+
+def _take_more(job: _Job) -> None:
+    """Check and send the batches of the partition's fetch in flight; a failure or anything
+    the usual rounds must see to ends the partition's copy here (``ctx.error``)."""
+    ctx = job.ctx
+    assert job.fetch is not None and job.sender is not None
+    kept = 0
+    try:
+        while not job.fetch.wait(0.1):
+            ctx.check_running()
+        reply = job.fetch.outcome()
+        assert reply is not None
+        if reply.partition is None or (reply.partition.preferred_read_replica >= 0
+                                       and not len(reply.partition.records)):  # fmt: skip
+            raise _HandedOn("the source left the partition out of a fetch (throttled?) or "
+                            "points at another replica", cluster=job.source,
+                            offset=job.read.offset)  # fmt: skip
+        fetched = job.read.take(reply.partition, job.size)
+        for b in fetched.batches:
+            if b.is_transactional or b.is_control or b.has_holes or b.base_offset != job.expected:
+                raise _HandedOn(f"{b.describe()} is the usual rounds' to copy or refuse",
+                                cluster=job.source, offset=b.base_offset)  # fmt: skip
+            try:
+                check_next(ctx, b, job.expected, job.source)
+            except UnsafeError as e:
+                raise _HandedOn(str(e), cluster=job.source, offset=b.base_offset) from e
+            job.sender.send(b, job.source, wait=False)
+            kept += b.size
+            job.expected = b.next_offset
+        throttle(ctx, job.source, fetched.received)
+    except PartsyncError as e:
+        ctx.fail(e)
+    except Stop:
+        pass  # the reason is in the context
+    finally:
+        ctx.budget.release(job.size - kept)
+    if job.read.done and ctx.error is None and job.expected != ctx.plan.target_end:
+        ctx.fail(ClusterError(f"the batches end at {job.expected}, not {ctx.plan.target_end}",
+                              cluster=job.source, offset=job.expected))  # fmt: skip

@@ -142,8 +142,10 @@ class _SmallRound:
     # Each partition's own stop: a revoke ends the round of the partitions it takes, not the
     # others' (their retries would lose the wait after a failure).
     stops: dict[TopicPartition, threading.Event]
+    # Each partition's end in the round: nothing in flight, nothing more to be sent (a revoke
+    # waits for the partitions it takes, not for the round's others, which may be long copies).
+    settled: dict[TopicPartition, threading.Event] = field(default_factory=dict)
     revoked: set[TopicPartition] = field(default_factory=set)
-    thread: threading.Thread | None = None  # set only once started (a revoke joins it)
     done: bool = False  # ended, and started a worker for each partition it left
 
 
@@ -256,16 +258,17 @@ class PartitionRunner:
             if not small:
                 return parts
             keys = {t.key for t in small}
+            settled = {tp: threading.Event() for tp in keys}
             if self.member is None:  # no revokes: the run's stop is every partition's
-                job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop))
+                job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop), settled)
             else:
-                job = self._small = _SmallRound(keys, {tp: threading.Event() for tp in keys})
+                job = self._small = _SmallRound(keys, {tp: threading.Event() for tp in keys},
+                                                settled)  # fmt: skip
             self._running += 1
             if self.member is not None:
                 thread = threading.Thread(target=self._run_small, args=(job, small),
                                           name="first-round-small", daemon=True)  # fmt: skip
                 thread.start()
-                job.thread = thread
         if self.member is None:
             self._run_small(job, small)
         return [tp for tp in parts if tp not in job.parts]
@@ -276,7 +279,7 @@ class PartitionRunner:
         try:
             observe = self.observer.observe_plan if self.observer else None
             results, rest = first_round_small(small, self.pool, progress=self.progress,
-                                              stops=job.stops,
+                                              stops=job.stops, settled=job.settled,
                                               handed_over=lambda: not self.stop.is_set(),
                                               on_plan=observe)  # fmt: skip
             for r in results:
@@ -309,10 +312,12 @@ class PartitionRunner:
             self._owned.difference_update(parts)
             still = sorted(self._owned)
         if wait:
-            # The round's other partitions go on: its end is waited for (a few hundred
-            # partitions' appends at most), so no revoked partition is written after this.
-            if gone and job is not None and job.thread is not None:
-                job.thread.join()
+            # The round's other partitions go on: each revoked one's last append is waited
+            # for, so no revoked partition is written after this.
+            if job is not None:
+                for tp in gone:
+                    if (settled := job.settled.get(tp)) is not None:
+                        settled.wait()
             for w in stopped:
                 w.thread.join()
         if self.observer:

@@ -1,20 +1,21 @@
-"""A one-shot run's first round for many small partitions at once: ``first_round_small``.
+"""A one-shot run's first round for many partitions at once: ``first_round_small``.
 
 Each partition still goes through the steps of its own first round (``task.copy_round``), in
 the same order and with the same guarantee, but every step is taken for all of them together:
 
 1. fence: each partition's InitProducerId under its own transactional id (many in flight on
    the coordinators' connections, not one partition after another), while
-2. copy (``copy.bulk``), a few hundred partitions at a time, reads the sources: one fetch per
-   partition, many partitions per Fetch request; once every answer and every fence is in, the
-   local bounds, read after the fences in one request per leader, must still be what the
-   driver planned with, and the high watermark the log end (where the next append lands);
-   right after that the appends, many partitions per Produce request, each verified.
+2. copy (``copy.bulk``), a few hundred partitions at a time, reads the sources: a fetch per
+   partition, many partitions per Fetch request; once every first answer and every fence is
+   in, the local bounds, read after the fences in one request per leader, must still be what
+   the driver planned with, and the high watermark the log end (where the next append lands);
+   right after that the appends, many partitions per Produce request, each verified, and the
+   next fetches of the partitions with more to read.
 
-Anything else (a refused fence, a local log that moved, a fetch that did not bring the whole
-range, a retriable error) sends the partition to the usual per-partition rounds, which also
-report it properly. The per-partition task stays the unit an engine runs: this is only the
-local runner's way of starting many of them.
+Anything else (a refused fence, a local log that moved, a batch the usual round must check, a
+retriable error) sends the partition to the usual per-partition rounds, which also report it
+properly. The per-partition task stays the unit an engine runs: this is only the local
+runner's way of starting many of them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from partsync.copy.bulk import WAVE, SmallCopy, copy_small, fits_small
+from partsync.copy.bulk import WAVE, SmallCopy, copy_small, fits_together
 from partsync.copy.context import ProgressFn
 from partsync.copy.producer import ProducerSession, open_fenced_producers, open_producer
 from partsync.errors import PartsyncError
@@ -54,9 +55,10 @@ TopicPartition = tuple[str, int]
 
 
 def choose_small(tasks: Sequence[PartitionTask]) -> list[PartitionTask]:
-    """The tasks whose first round ``first_round_small`` takes: small copies planned moments
-    ago by this process, when there are enough of them to pay."""
-    small = [t for t in tasks if t.plan_is_fresh() and fits_small(t.plan)]
+    """The tasks whose first round ``first_round_small`` takes: copies it can make
+    (``fits_together``) planned moments ago by this process, when there are enough of them to
+    pay."""
+    small = [t for t in tasks if t.plan_is_fresh() and fits_together(t.plan, t.options)]
     return small if len(small) >= MIN_PARTITIONS else []
 
 
@@ -67,6 +69,7 @@ def first_round_small(
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
     stops: Mapping[TopicPartition, threading.Event] | None = None,
+    settled: Mapping[TopicPartition, threading.Event] | None = None,
     handed_over: Callable[[], bool] | None = None,
     on_plan: Callable[[PartitionPlan], None] | None = None,
 ) -> tuple[list[PartitionResult], list[PartitionTask]]:
@@ -75,7 +78,8 @@ def first_round_small(
     mend, or a copy a stop cut short, whose result says so as ``task.interrupted`` does).
 
     ``stops``: a partition's own stop (revoked), which ends its round and no other; ``stop``:
-    the one for partitions without their own."""
+    the one for partitions without their own. ``settled``: set for each partition once nothing
+    of it is in flight and nothing more will be sent in this round (a revoke waits for it)."""
     whole = stop or threading.Event()
     own = stops or {}
     stop_of = {t.key: own.get(t.key, whole) for t in tasks}
@@ -87,12 +91,17 @@ def first_round_small(
             rest.append(t)
         else:
             groups.setdefault((t.local, t.sources, t.options), []).append(t)
-    for group in groups.values():
-        done, again = _copy_group(group, pool, progress, stop_of, on_plan)
-        for r in done:
-            cut = stop_of[(r.topic, r.partition)].is_set() and r.status is Status.ERROR
-            results.append(interrupted(r, handed_over) if cut else r)
-        rest.extend(again)
+    settled_of = {t.key: (settled or {}).get(t.key) or threading.Event() for t in tasks}
+    try:
+        for group in groups.values():
+            done, again = _copy_group(group, pool, progress, stop_of, settled_of, on_plan)
+            for r in done:
+                cut = stop_of[(r.topic, r.partition)].is_set() and r.status is Status.ERROR
+                results.append(interrupted(r, handed_over) if cut else r)
+            rest.extend(again)
+    finally:
+        for e in settled_of.values():
+            e.set()  # (the copies set theirs already; these were never sent)
     return results, rest
 
 
@@ -101,6 +110,7 @@ def _copy_group(
     pool: ClusterPool,
     progress: ProgressFn | None,
     stop_of: Mapping[TopicPartition, threading.Event],
+    settled_of: Mapping[TopicPartition, threading.Event],
     on_plan: Callable[[PartitionPlan], None] | None,
 ) -> tuple[list[PartitionResult], list[PartitionTask]]:
     first = tasks[0]
@@ -114,7 +124,8 @@ def _copy_group(
     for t in tasks:
         if on_plan is not None:
             on_plan(t.plan)
-        copies.append(SmallCopy(t.plan, t.rules, fences[t.key], stop_of[t.key]))
+        copies.append(SmallCopy(t.plan, t.rules, fences[t.key], stop_of[t.key],
+                                settled_of[t.key]))  # fmt: skip
     # The fences run while the sources are read: neither waits for the other (the copy waits
     # for each partition's fence before reading the local bounds it appends after).
     fencer = threading.Thread(target=_fence_all, args=(tasks, local, stop_of, fences),

@@ -45,7 +45,8 @@ def _runner(
     tasks = [PartitionTask(plan_partition("t", p, Bounds(0, 0), {"x": Bounds(0, 1)}), (REF,), REF,
                            CopyOptions(), LocalTopicRules(), retries=0) for p in (0, 1)]  # fmt: skip
     runner = PartitionRunner(tasks, NoClusters(), RunOptions(), observer=observer)  # type: ignore[arg-type]
-    job = _SmallRound(set(round_parts), {tp: threading.Event() for tp in round_parts})
+    job = _SmallRound(set(round_parts), {tp: threading.Event() for tp in round_parts},
+                      {tp: threading.Event() for tp in round_parts})  # fmt: skip
     runner._small = job
     return runner, job
 
@@ -95,3 +96,16 @@ def test_the_partitions_the_round_finished_stay_owned() -> None:
     runner._start_workers([], finishing=job)  # P0 done by the round: nothing left
     runner.revoke([P1], wait=True)
     assert observer.owned == [P0]
+
+
+def test_a_revoke_waits_for_the_partitions_it_takes_to_settle_not_for_the_round() -> None:
+    # The round copies partitions of any size now: waiting for its end would hold a
+    # rebalance for as long as its biggest copy takes.
+    runner, job = _runner((P0, P1))
+    revoking = threading.Thread(target=runner.revoke, args=([P1],), kwargs={"wait": True})
+    revoking.start()
+    revoking.join(0.3)
+    assert revoking.is_alive()  # P1 may still have an append in flight
+    job.settled[P1].set()
+    revoking.join(5)
+    assert not revoking.is_alive() and not job.settled[P0].is_set()

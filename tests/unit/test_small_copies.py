@@ -1,7 +1,8 @@
 """Which partitions' first rounds are taken together (``copy.bulk.fits_small``,
-``run.small.choose_small``): only copies that need no check against the local log, that one
-fetch can finish, planned moments ago, and enough of them to pay. The copy itself is tested
-against real brokers (tests/integration/test_many_small.py)."""
+``fits_together``, ``run.small.choose_small``): only copies that need no check against the
+local log, planned moments ago, and enough of them to pay; bigger than one fetch only where
+the copy reads over one connection per broker. The copy itself is tested against real brokers
+(tests/integration/test_many_small.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import time
 
 from partsync.config import ClusterRef
-from partsync.copy.bulk import SMALL_OFFSETS, fits_small
+from partsync.copy.bulk import SMALL_OFFSETS, fits_small, fits_together
 from partsync.copy.options import CopyOptions
 from partsync.plan.comparator import Bounds, PlanPolicy, plan_partition
 from partsync.plan.topic_rules import LocalTopicRules
@@ -43,10 +44,21 @@ def test_copies_that_need_more_than_one_fetch_or_a_check_do_not_fit() -> None:
     assert not fits_small(_plan(Bounds(0, 3), a=Bounds(0, 3)))  # in sync
 
 
-def _task(p: int, *, fresh: bool = True, end: int = 1) -> PartitionTask:
+def test_copies_bigger_than_one_fetch_fit_together_over_one_connection_per_broker() -> None:
+    big = plan_partition("t", 0, EMPTY, {"a": Bounds(0, 10**6)})
+    assert not fits_small(big) and fits_together(big, CopyOptions())
+    # K connections per broker are for a long fat link: the usual rounds' pieces use them.
+    assert not fits_together(big, CopyOptions(connections_per_broker=4))
+    assert fits_together(_plan(EMPTY, a=Bounds(0, 3)), CopyOptions(connections_per_broker=4))
+    assert not fits_together(_plan(Bounds(0, 2), a=Bounds(0, 10**6)), CopyOptions())
+
+
+def _task(
+    p: int, *, fresh: bool = True, end: int = 1, opts: CopyOptions = CopyOptions()
+) -> PartitionTask:
     plan = plan_partition("t", p, EMPTY, {"a": Bounds(0, end)})
     ref = ClusterRef("x", (("127.0.0.1", 1),))
-    return PartitionTask(plan, (ref,), ref, CopyOptions(), LocalTopicRules(),
+    return PartitionTask(plan, (ref,), ref, opts, LocalTopicRules(),
                          planned_at=time.monotonic() if fresh else None,
                          planned_in=os.getpid())  # fmt: skip
 
@@ -58,6 +70,9 @@ def test_taken_together_only_when_enough_fit_and_were_planned_moments_ago() -> N
     stale = [_task(p, fresh=p != 0) for p in range(MIN_PARTITIONS + 1)]
     assert [t.key for t in choose_small(stale)] == [("t", p) for p in range(1, MIN_PARTITIONS + 1)]
     mixed = [*enough, _task(99, end=SMALL_OFFSETS + 10)]
+    assert len(choose_small(mixed)) == MIN_PARTITIONS + 1
+    far = CopyOptions(connections_per_broker=2)
+    mixed = [*enough, _task(99, end=SMALL_OFFSETS + 10, opts=far)]
     assert len(choose_small(mixed)) == MIN_PARTITIONS
 
 
