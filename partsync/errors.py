@@ -21,6 +21,7 @@ __all__ = [
     "ExitStatus",
     "FencedError",
     "GroupError",
+    "HandedOnError",
     "PartsyncError",
     "StoppedError",
     "TopicError",
@@ -143,6 +144,15 @@ class UnreplicatedError(ClusterError):
     """The local partition's high watermark is below its log end: an append is in the leader's
     log but not on every in-sync replica yet. Nothing is appended until it is (the next append
     would land at the log end, and the tail may still be truncated by a leader change)."""
+
+
+class HandedOnError(PartsyncError):
+    """Not a failure: a copy of many partitions taken together stopped right before a batch
+    the partition's own rounds must see to (a transaction, a compaction hole, a batch the local
+    topic refuses, a throttled fetch); they go on from the local end at once, as a retry
+    would, and report whatever it is."""
+
+    retriable = True
 
 
 class TopicError(PartsyncError):

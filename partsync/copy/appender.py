@@ -359,9 +359,15 @@ class Sender:
                         self._checked = sent
                     self._cv.notify_all()
 
+    def quiet(self) -> bool:
+        """Nothing in flight and nothing staged: the last append submitted has been checked."""
+        with self._cv:
+            sent = self.outstanding
+            return not self._staged and (sent is None or self._checked is sent)
+
     def settle(self) -> bool:
         """Wait until the last append submitted has been answered and checked; False (the copy
-        failed) if no answer came in time."""
+        failed) if no answer came in time, and then nothing staged is sent after it."""
         with self._cv:
             while True:
                 sent = self.outstanding
@@ -370,6 +376,9 @@ class Sender:
                 if self._overdue(sent):
                     if self.ctx.error is None:
                         self.ctx.fail(self._no_answer(sent))
+                    # A late answer must not send what waits behind it: this copy has ended.
+                    self.ctx.append_failed.set()
+                    self._staged.clear()
                     return False
                 self._cv.wait(0.5)
 

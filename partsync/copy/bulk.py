@@ -37,7 +37,7 @@ from partsync.copy.fetcher import throttle
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_result
 from partsync.copy.producer import ProducerSession
-from partsync.errors import ClusterError, PartsyncError, UnsafeError
+from partsync.errors import ClusterError, HandedOnError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer
 from partsync.io.reader import RangeRead
@@ -57,16 +57,40 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# What one fetch asks for per partition, and the most offsets a partition may miss to be tried
-# this way. A partition with more than a fetch's worth goes back to the usual copy, having cost
-# a fence and a fetch for nothing and waited for the others: 128 partitions of ~1,900 records
-# (1.6 MB) each tried this way first copied at 0.39 of the ideal producer's rate, not 0.60.
+# What a small copy's one fetch asks for, and the most offsets a copy may miss to be small
+# (bigger ones are taken together only over one connection per broker: ``fits_together``).
 SMALL_FETCH_BYTES = 64 << 10
 SMALL_OFFSETS = 256
 # Partitions fetched and appended together (their fetches' bytes are held at once).
 WAVE = 256
 
 TopicPartition = tuple[str, int]
+
+
+class _Claim:
+    """Whether a copy taken together has begun (from then on it may write, and a revoke must
+    wait until it settled), decided under a lock against its stop: a copy stopped before its
+    wave reached it is let go at once, without waiting for the waves before it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.begun = False
+        self.let_go = False
+
+    def begin(self, stop: threading.Event) -> bool:
+        with self._lock:
+            if stop.is_set() or self.let_go:
+                return False
+            self.begun = True
+            return True
+
+    def let_go_if_stopped(self, stop: threading.Event) -> bool:
+        """True (once) if the copy was stopped before it began: it will never write."""
+        with self._lock:
+            if self.begun or self.let_go or not stop.is_set():
+                return False
+            self.let_go = True
+            return True
 
 
 @dataclass(frozen=True)
@@ -82,8 +106,10 @@ class SmallCopy:
     fence: Future[ProducerSession | None]
     stop: threading.Event = field(default_factory=threading.Event)
     # Set once nothing of the partition's is in flight any more and nothing more will be sent
-    # (its result is in, or it was handed back): a revoke waits for this, not the whole round.
+    # (its result is in, or it was handed back, and its fence answered): a revoke waits for
+    # this, not for the whole round.
     settled: threading.Event = field(default_factory=threading.Event)
+    claim: _Claim = field(default_factory=_Claim)
 
     @property
     def key(self) -> TopicPartition:
@@ -125,6 +151,9 @@ class _Job:
     size: int
     fetch: FetchAnswer | None = None
     expected: int = 0  # where the next batch must start (the local end after those sent)
+    # What ended its reading after its first fetch: the copy fails with it only once every
+    # append sent was answered (failing closes the byte budget, which still holds them).
+    error: PartsyncError | None = None
     session: ProducerSession | None = None
     sender: Sender | None = None
     started: float = 0.0
@@ -137,25 +166,52 @@ def copy_small(
     opts: CopyOptions,
     progress: ProgressFn | None = None,
 ) -> dict[TopicPartition, PartitionResult | None]:
-    """Copy each partition (all must ``fits_small``); its result, or None where it was handed
-    back untouched (also where its ``stop`` was set before it was sent). Never raises: an error
-    that stops a partition's appends is its result, as in ``copy_partition``."""
+    """Copy each partition (all must ``fits_together``); its result, or None where it was
+    handed back untouched (also where its ``stop`` was set before it was sent). Never raises:
+    an error that stops a partition's appends is its result, as in ``copy_partition``."""
     out: dict[TopicPartition, PartitionResult | None] = {}
     # A wave's fetches are held until its appends: at most a quarter of the memory budget.
     wave = max(1, min(WAVE, opts.memory_budget // (4 * SMALL_FETCH_BYTES)))
-    for i in range(0, len(copies), wave):
-        try:
-            _wave(copies[i : i + wave], sources, local, opts, progress, out)
-        except Exception:  # a bug: every partition without a result goes the usual way
-            log.exception("copying small partitions together failed")
-            out.update((c.key, None) for c in copies[i:] if c.key not in out)
-            break
-        finally:
-            for c in copies[i : i + wave]:
-                c.settled.set()
-    for c in copies:
-        c.settled.set()
+    done = threading.Event()
+    watch = threading.Thread(target=_let_go_stopped, args=(copies, done), daemon=True,
+                             name="round-revokes")  # fmt: skip
+    watch.start()
+    try:
+        for i in range(0, len(copies), wave):
+            try:
+                _wave(copies[i : i + wave], sources, local, opts, progress, out)
+            except Exception:  # a bug: every partition without a result goes the usual way
+                log.exception("copying small partitions together failed")
+                out.update((c.key, None) for c in copies[i:] if c.key not in out)
+                break
+            finally:
+                for c in copies[i : i + wave]:
+                    _settled_once_fenced(c)
+    finally:
+        done.set()
+        for c in copies:
+            _settled_once_fenced(c)
     return out
+
+
+def _let_go_stopped(copies: Sequence[SmallCopy], done: threading.Event) -> None:
+    """A copy revoked before its wave began is settled at once (once its fence answered): the
+    revoke need not wait for the waves before it, which may hold long copies."""
+    waiting = list(copies)
+    while waiting and not done.wait(0.05):
+        left = []
+        for c in waiting:
+            if c.claim.let_go_if_stopped(c.stop):
+                _settled_once_fenced(c)
+            elif not c.claim.begun:
+                left.append(c)
+        waiting = left
+
+
+def _settled_once_fenced(c: SmallCopy) -> None:
+    """``c.settled`` once its fence has answered too (an InitProducerId still on its way would
+    fence the partition's next owner)."""
+    c.fence.add_done_callback(lambda _f: c.settled.set())
 
 
 def _wave(
@@ -194,8 +250,9 @@ def _fetch_and_append(
     first_size = _fetch_size(opts, len(copies))
     for c in copies:
         plan = c.plan
-        if c.stop.is_set():
+        if not c.claim.begin(c.stop):
             out[c.key] = None
+            _settled_once_fenced(c)
             continue
         source = plan.serving[0]
         ctx = CopyContext(plan, sources, local, opts, c.rules, progress, c.stop)
@@ -263,14 +320,16 @@ def _hand_back(job: _Job, out: dict[TopicPartition, PartitionResult | None], why
     log.debug("%s-%d goes the usual way: %s", job.ctx.topic, job.ctx.partition, why)
     job.ctx.budget.close()
     out[job.copy.key] = None
-    job.copy.settled.set()  # nothing appended
+    _settled_once_fenced(job.copy)  # nothing appended
 
 
 def _finish(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> None:
     """The partition's last append answered (``_settle``), its result into ``out``."""
     _settle(job)
+    if job.error is not None:
+        job.ctx.fail(job.error)
     out[job.copy.key] = copy_result(job.ctx, job.started)
-    job.copy.settled.set()
+    _settled_once_fenced(job.copy)
 
 
 def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> list[Batch] | None:
@@ -345,12 +404,6 @@ def _settle(job: _Job) -> None:
     finish(job.ctx, job.sender, job.session)
 
 
-class _HandedOn(ClusterError):
-    """A copy taken together stopped before a batch the usual rounds must see to (a
-    transaction, a compaction hole, a replica to read from): they go on from the local end,
-    after the usual wait."""
-
-
 def _go_on(
     jobs: list[_Job],
     sources: Mapping[str, Cluster],
@@ -358,50 +411,65 @@ def _go_on(
     out: dict[TopicPartition, PartitionResult | None],
 ) -> None:
     """The rest of each partition's range, after its first fetch's batches were sent: one fetch
-    in flight per partition, asked again as soon as its answer's batches are sent (the lanes
-    pack many partitions into each Fetch request), each answer's batches checked as
-    ``append_in_order`` checks them and staged behind the partition's append in flight (one in
-    flight per partition, as always). The memory budget holds what is fetched and not yet
-    appended; every byte fetched is sent before this thread waits for room, so that wait never
-    waits on itself. A partition stopped on its own (revoked) settles at once, so a revoke
-    waits for its last append, not for the others to finish."""
-
-    def drop(job: _Job) -> None:
-        if job.copy.stop.is_set() and job.copy.key not in out:
-            _finish(job, out)
-
-    reading: list[_Job] = []
-    for job in jobs:
-        (reading.append if _reading(job) else drop)(job)
+    in flight per partition, asked again as soon as its answer's batches are staged behind its
+    append in flight (the lanes pack many partitions into each Fetch request), each answer's
+    batches checked as ``append_in_order`` checks them (one append in flight per partition, as
+    always). What is fetched and not yet appended is held in the byte budgets (the copy's
+    ``--max-in-flight-bytes`` and the process's ``--memory-budget``); every byte fetched is sent
+    before this thread waits for room, so that wait never waits on itself. A partition that
+    stops reading is finished as soon as its last append is answered: a revoked one at once
+    (its staged batches are dropped), so a revoke waits for its own partitions only."""
+    reading = [j for j in jobs if _reading(j)]
+    ending = [j for j in jobs if not _reading(j)]
+    if not reading:
+        return
     size = _fetch_size(opts, len(reading))
     asked: collections.deque[_Job] = collections.deque()
-    starved: collections.deque[_Job] = collections.deque()  # no room in the budget yet
+    starved: collections.deque[_Job] = collections.deque()  # no room in a budget yet
     for job in reading:
         (asked if _ask(job, sources, size, wait=False) else starved).append(job)
     while asked or starved:
+        ending = _end_quiet(ending, out)
         if not asked:
             job = starved.popleft()
             if _reading(job) and _ask(job, sources, size, wait=True):
                 asked.append(job)
+            elif _reading(job):
+                starved.append(job)  # closed meanwhile, or stopped: looked at again above
             else:
-                drop(job)
+                ending.append(job)
             continue
         job = asked.popleft()
         _take_more(job)
-        if job.copy.stop.is_set():
-            drop(job)
-            continue
         for _ in range(len(starved)):  # room the sends above may have made, oldest first
             waiting = starved.popleft()
             if not _reading(waiting):
-                drop(waiting)
-                continue
-            if not _ask(waiting, sources, size, wait=False):
+                ending.append(waiting)
+            elif _ask(waiting, sources, size, wait=False):
+                asked.append(waiting)
+            else:
                 starved.appendleft(waiting)
                 break
-            asked.append(waiting)
-        if _reading(job):
+        if not _reading(job):
+            ending.append(job)
+        else:
             (asked if _ask(job, sources, size, wait=False) else starved).append(job)
+    _end_quiet(ending, out)
+
+
+def _end_quiet(ending: list[_Job], out: dict[TopicPartition, PartitionResult | None]) -> list[_Job]:
+    """Finish the partitions that stopped reading and have nothing in flight any more, and
+    those revoked or stopped (their staged batches are dropped: only the append in flight is
+    waited for). The ones still appending."""
+    left = []
+    for job in ending:
+        if job.copy.key in out:
+            continue
+        if job.ctx.stopping.is_set() or job.sender is None or job.sender.quiet():
+            _finish(job, out)
+        else:
+            left.append(job)
+    return left
 
 
 def _fetch_size(opts: CopyOptions, partitions: int) -> int:
@@ -412,14 +480,17 @@ def _fetch_size(opts: CopyOptions, partitions: int) -> int:
 
 def _reading(job: _Job) -> bool:
     ctx = job.ctx
-    return not job.read.done and ctx.error is None and not ctx.stopping.is_set()
+    return (not job.read.done and job.error is None and ctx.error is None
+            and not ctx.stopping.is_set())  # fmt: skip
 
 
 def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) -> bool:
-    """Send the partition's next fetch (False: no room in the budget now, or it stopped)."""
+    """Send the partition's next fetch (False: no room in the budgets now, or it stopped).
+    Its bytes are a prefetch's (piece 1 of the copy's budget): they count against the copy's
+    ``--max-in-flight-bytes`` too, which the first fetch (piece 0, the head) may exceed."""
     ctx, plan = job.ctx, job.ctx.plan
     size = max(size, job.read.least)
-    if not ctx.budget.acquire(size, 0, wait=wait):
+    if not ctx.budget.acquire(size, 1, wait=wait):
         return False
     try:
         lane = sources[job.source].fetch_lane(plan.topic, plan.partition, 0,
@@ -430,14 +501,15 @@ def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) ->
                                 cancelled=ctx.stopping.is_set)  # fmt: skip
     except PartsyncError as e:
         ctx.budget.release(size)
-        ctx.fail(e)
+        job.error = e
         return False
     return True
 
 
 def _take_more(job: _Job) -> None:
-    """Check and send the batches of the partition's fetch in flight; a failure or anything
-    the usual rounds must see to ends the partition's copy here (``ctx.error``)."""
+    """Check and send the batches of the partition's fetch in flight; a failure, or anything
+    the usual rounds must see to (``HandedOnError``), ends the partition's reading here
+    (``job.error``, the copy's error once its appends are answered)."""
     ctx = job.ctx
     assert job.fetch is not None and job.sender is not None
     kept = 0
@@ -448,28 +520,29 @@ def _take_more(job: _Job) -> None:
         assert reply is not None
         if reply.partition is None or (reply.partition.preferred_read_replica >= 0
                                        and not len(reply.partition.records)):  # fmt: skip
-            raise _HandedOn("the source left the partition out of a fetch (throttled?) or "
-                            "points at another replica", cluster=job.source,
-                            offset=job.read.offset)  # fmt: skip
+            raise HandedOnError("the source left the partition out of a fetch (throttled?) "
+                                "or points at another replica", cluster=job.source,
+                                offset=job.read.offset)  # fmt: skip
         fetched = job.read.take(reply.partition, job.size)
         for b in fetched.batches:
             if b.is_transactional or b.is_control or b.has_holes or b.base_offset != job.expected:
-                raise _HandedOn(f"{b.describe()} is the usual rounds' to copy or refuse",
-                                cluster=job.source, offset=b.base_offset)  # fmt: skip
+                raise HandedOnError(f"{b.describe()} is the usual rounds' to copy or refuse",
+                                    cluster=job.source, offset=b.base_offset)  # fmt: skip
             try:
                 check_next(ctx, b, job.expected, job.source)
             except UnsafeError as e:
-                raise _HandedOn(str(e), cluster=job.source, offset=b.base_offset) from e
+                raise HandedOnError(str(e), cluster=job.source, offset=b.base_offset) from e
             job.sender.send(b, job.source, wait=False)
             kept += b.size
             job.expected = b.next_offset
         throttle(ctx, job.source, fetched.received)
     except PartsyncError as e:
-        ctx.fail(e)
+        job.error = e
     except Stop:
         pass  # the reason is in the context
     finally:
+        job.fetch = None  # its buffer lives on only in the batches sent
         ctx.budget.release(job.size - kept)
-    if job.read.done and ctx.error is None and job.expected != ctx.plan.target_end:
-        ctx.fail(ClusterError(f"the batches end at {job.expected}, not {ctx.plan.target_end}",
-                              cluster=job.source, offset=job.expected))  # fmt: skip
+    if job.read.done and job.error is None and job.expected != ctx.plan.target_end:
+        job.error = ClusterError(f"the batches end at {job.expected}, not {ctx.plan.target_end}",
+                                 cluster=job.source, offset=job.expected)  # fmt: skip

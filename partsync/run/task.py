@@ -25,7 +25,7 @@ from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
 from partsync.copy.producer import ProducerSession, open_producer_for, renew_producer
-from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
+from partsync.errors import ClusterError, FencedError, HandedOnError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
@@ -297,6 +297,12 @@ def run_partition(
         merged = merge_results(merged, result) if merged is not None else result
         if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():
             return merged  # it needs a person, someone else writes it now, or we were stopped
+        if isinstance(result.error, HandedOnError):
+            # Copied together up to a batch this partition's own rounds must see to: they go
+            # on from the local end at once; not a failure, and no retry is spent on it.
+            session = None
+            last_start = max(last_start or 0, result.local_end_before)
+            continue
         if result.status is Status.ERROR:
             # Progress before the failure starts a new run of bad luck: appends confirmed, or
             # the local log moved since the last round (an append whose answer a cut lost).

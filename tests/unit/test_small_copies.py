@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future
 
 from partsync.config import ClusterRef
 from partsync.copy.bulk import SMALL_OFFSETS, fits_small, fits_together
 from partsync.copy.options import CopyOptions
+from partsync.copy.producer import ProducerSession
 from partsync.plan.comparator import Bounds, PlanPolicy, plan_partition
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.run.small import MIN_PARTITIONS, choose_small
@@ -90,8 +92,10 @@ def test_a_bug_while_copying_hands_every_partition_back_and_frees_its_memory() -
     from partsync.copy.bulk import SmallCopy, copy_small
 
     opts = CopyOptions(memory_budget=(3 << 20) + 4099)  # a budget of this test's own
+    fenced: Future[ProducerSession | None] = Future()
+    fenced.set_result(None)
     copies = [SmallCopy(plan_partition("t", p, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(),
-                        None) for p in range(3)]  # type: ignore[arg-type]  # fmt: skip
+                        fenced) for p in range(3)]  # fmt: skip
     out = copy_small(copies, {"a": _Bug()}, None, opts)  # type: ignore[arg-type, dict-item]
     assert out == {("t", 0): None, ("t", 1): None, ("t", 2): None}
     assert shared_budget(opts.memory_budget, 4 * opts.fetch_bytes).used == 0
