@@ -112,3 +112,21 @@ def test_a_partition_stopped_before_its_round_is_neither_fenced_nor_copied() -> 
         e.set()  # both revoked: the pool (none here) is never asked for a cluster
     results, rest = first_round_small(tasks, None, stops=stops)  # type: ignore[arg-type]
     assert results == [] and rest == tasks
+
+
+def test_a_stopped_partition_settles_only_once_its_fence_has_answered() -> None:
+    # A revoke waits for ``settled``: an InitProducerId still on its way would fence the
+    # partition's next owner, so handing the partition back is not enough.
+    import threading
+
+    from partsync.copy.bulk import SmallCopy, copy_small
+
+    fence: Future[ProducerSession | None] = Future()
+    stop = threading.Event()
+    stop.set()
+    copy = SmallCopy(plan_partition("t", 0, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(),
+                     fence, stop)  # fmt: skip
+    out = copy_small([copy], {}, None, CopyOptions())  # type: ignore[arg-type]
+    assert out == {("t", 0): None} and not copy.settled.is_set()
+    fence.set_result(None)
+    assert copy.settled.is_set()
