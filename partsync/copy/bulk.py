@@ -395,7 +395,7 @@ def _send(job: _Job, local: Cluster, batches: list[Batch]) -> None:
     writer = local.shared_writer(ctx.topic, ctx.partition, timeout_ms=ctx.opts.produce_timeout_ms)
     job.sender = Sender(ctx, writer, job.session)
     for b in batches:
-        job.sender.send(b, job.source)
+        job.sender.send(b, job.source, wait=False)  # the budget holds them: no thread waits
 
 
 def _settle(job: _Job) -> None:
