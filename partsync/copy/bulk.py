@@ -173,9 +173,9 @@ def copy_small(
     # A wave's fetches are held until its appends: at most a quarter of the memory budget.
     wave = max(1, min(WAVE, opts.memory_budget // (4 * SMALL_FETCH_BYTES)))
     done = threading.Event()
-    watch = threading.Thread(target=_let_go_stopped, args=(copies, done), daemon=True,
-                             name="round-revokes")  # fmt: skip
-    watch.start()
+    if len({id(c.stop) for c in copies}) > 1:  # stops of their own: a group member's revokes
+        threading.Thread(target=_let_go_stopped, args=(copies, done), daemon=True,
+                         name="round-revokes").start()  # fmt: skip
     try:
         for i in range(0, len(copies), wave):
             try:
