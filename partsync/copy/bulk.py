@@ -495,10 +495,13 @@ def _reading(job: _Job) -> bool:
 def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) -> bool:
     """Send the partition's next fetch (False: no room in the budgets now, or it stopped).
     Its bytes are a prefetch's (piece 1 of the copy's budget): they count against the copy's
-    ``--max-in-flight-bytes`` too, which the first fetch (piece 0, the head) may exceed."""
+    ``--max-in-flight-bytes`` too, which the first fetch (piece 0, the head) may exceed. A
+    fetch bigger than that limit (a batch bigger than the fetches, ``RangeRead.least``) is a
+    head's, or it would wait for room that can never be."""
     ctx, plan = job.ctx, job.ctx.plan
     size = max(size, job.read.least)
-    if not ctx.budget.acquire(size, 1, wait=wait):
+    piece = 1 if size <= ctx.opts.max_in_flight_bytes else 0
+    if not ctx.budget.acquire(size, piece, wait=wait):
         return False
     try:
         lane = sources[job.source].fetch_lane(plan.topic, plan.partition, 0,

@@ -282,6 +282,28 @@ def test_cut_connections_while_appending_converge_in_one_run(
     assert_partitions_identical(clusters.bootstrap("a"), clusters.bootstrap("local"), topic, N)
 
 
+def test_a_batch_bigger_than_the_in_flight_limit_is_still_fetched(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """With --max-in-flight-bytes 64 KiB and batches of ~100 KB, a partition's next fetch must
+    grow past the copy's own limit to hold one whole batch: it goes as the copy's head fetch
+    instead of waiting forever for room its limit can never give. (Kafka gives a partition after
+    the first with data in a Fetch answer no batch bigger than it asked for, KIP-74: this hung
+    on Kafka; the PyPI brokers return whole batches.)"""
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, N)
+    create_topic(clusters.bootstrap("local"), topic, N)
+    recs = [r for p in range(N) for r in records(60, seed=1100 + p, partition=p, value_size=2000)]
+    produce(a, topic, recs, batch_size=128 << 10, linger_ms=200)
+    assert max(b.size for b in fetch_batches(clusters["a"], topic, N - 1)) > 64 << 10
+
+    r = _sync(psync, topic, "--max-in-flight-bytes", str(64 << 10), *BUDGET, timeout=120)
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert {e["status"] for e in by_partition(r.json, topic).values()} == {"synced"}, r.stdout
+    assert_partitions_identical(a, clusters.bootstrap("local"), topic, N)
+
+
 @pytest.mark.parametrize("size", ["small", "big"])
 def test_a_small_memory_budget_takes_fewer_partitions_together_and_never_hangs(
     clusters: Clusters, psync: Run, topic: str, size: str
