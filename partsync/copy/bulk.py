@@ -361,14 +361,8 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
         return None
     expected = plan.copy_start
     for b in fetched.batches:
-        if b.is_transactional or b.is_control:
-            # A replay (``txn_replay``) or a refusal, either made the usual way.
-            _hand_back(job, out, f"a transaction at offset {b.base_offset}")
-            return None
-        try:
-            check_next(ctx, b, expected, job.source)
-        except UnsafeError as e:
-            _hand_back(job, out, str(e))
+        if (why := _usual_rounds_must(ctx, b, expected, job.source)) is not None:
+            _hand_back(job, out, why)
             return None
         expected = b.next_offset
     if job.read.done and expected != plan.target_end:
@@ -379,6 +373,19 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
     ctx.budget.release(fetched.requested - kept)
     throttle(ctx, job.source, fetched.received)  # the run's and the source's byte rates
     return fetched.batches
+
+
+def _usual_rounds_must(ctx: CopyContext, b: Batch, expected: int, source: str) -> str | None:
+    """Why ``b`` is for the partition's usual rounds to copy or refuse, not this path: a
+    transaction (a replay, ``txn_replay``) or anything ``check_next`` refuses (a gap, holes, a
+    local topic rule); None where this path may append it at ``expected``."""
+    if b.is_transactional or b.is_control:
+        return f"a transaction at offset {b.base_offset}"
+    try:
+        check_next(ctx, b, expected, source)
+    except UnsafeError as e:
+        return str(e)
+    return None
 
 
 def _fenced(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> bool:
@@ -437,7 +444,9 @@ def _go_on(
             if _reading(job) and _ask(job, sources, size, wait=True):
                 asked.append(job)
             elif _reading(job):
-                starved.append(job)  # closed meanwhile, or stopped: looked at again above
+                # Not expected: a budget refuses a waiting fetch only once the copy is closed,
+                # which fails it; should it happen, the job is simply asked again.
+                starved.append(job)
             else:
                 ending.append(job)
             continue
@@ -536,13 +545,8 @@ def _take_more(job: _Job) -> None:
                                 offset=job.read.offset)  # fmt: skip
         fetched = job.read.take(reply.partition, job.size)
         for b in fetched.batches:
-            if b.is_transactional or b.is_control or b.has_holes or b.base_offset != job.expected:
-                raise HandedOnError(f"{b.describe()} is the usual rounds' to copy or refuse",
-                                    cluster=job.source, offset=b.base_offset)  # fmt: skip
-            try:
-                check_next(ctx, b, job.expected, job.source)
-            except UnsafeError as e:
-                raise HandedOnError(str(e), cluster=job.source, offset=b.base_offset) from e
+            if (why := _usual_rounds_must(ctx, b, job.expected, job.source)) is not None:
+                raise HandedOnError(why, cluster=job.source, offset=b.base_offset)
             job.sender.send(b, job.source, wait=False)
             kept += b.size
             job.expected = b.next_offset
