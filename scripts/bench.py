@@ -58,6 +58,9 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.support.kafka_jvm (real Apache Kafka from Maven)
+sys.path.insert(0, str(ROOT / "scripts" / "bench_contenders"))
+
+from _bytecode import cache_bytecode
 
 from partsync._kafka import Connection
 from partsync.config import ClusterRef
@@ -1376,6 +1379,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the result tables as Markdown here")
     args = ap.parse_args(argv)
+    cache_bytecode()
     s = settings_from(args)
 
     def log(msg: str) -> None:

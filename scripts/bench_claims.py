@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "bench_contenders"))
+
+from _bytecode import cache_bytecode
 
 
 @dataclass
@@ -176,6 +179,7 @@ def main() -> int:
     ap.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON here")
     ap.add_argument("--markdown", default=None, help="write the table as Markdown here")
     a = ap.parse_args()
+    cache_bytecode()
     wanted = {c.strip() for c in a.only.split(",") if c.strip()}
     known = {c for k, (names, _fn) in CLAIMS.items() for c in (k, *names)}
     if wanted - known:

@@ -34,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "bench_contenders"))
+
+from _bytecode import cache_bytecode
 
 from partsync.demo.brokers import start_tansu
 from partsync.demo.data import Rec, create_topic, produce
@@ -94,6 +97,7 @@ def main() -> int:
     ap.add_argument("extra", nargs="*", help="more `partsync sync` arguments (after --)")
     args = ap.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
+    cache_bytecode(*trees)
     n = args.partitions
 
     src = start_tansu("bench-many-src")
