@@ -12,7 +12,6 @@ import logging
 import sys
 
 import click
-from rich.markup import escape
 
 from partsync.errors import ExitStatus, PartsyncError
 from partsync.ui.cli_check import check
@@ -82,6 +81,8 @@ def raw_main(argv: list[str] | None = None) -> ExitStatus:
     try:
         return program(argv)
     except PartsyncError as e:
+        from rich.markup import escape
+
         # Escaped: messages name config tables ("[clusters.dc1]"), which are not markup.
         stderr.print(f"[bold red]partsync:[/] {escape(str(e))}", highlight=False)
         if as_json:

@@ -4,7 +4,6 @@ the core (``partsync.run.check``), render."""
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from partsync.errors import UsageError
 from partsync.ui.cli_common import (
@@ -18,7 +17,6 @@ from partsync.ui.cli_common import (
     selection_options_any_sources,
     stderr,
 )
-from partsync.ui.render import WordTable, print_table
 
 __all__ = ["check"]
 
@@ -130,7 +128,10 @@ def _sources(ctx: Ctx, sources: str | None, clusters: str | None, local: str | N
 
 
 def _render(report: object) -> None:
+    from rich.markup import escape
+
     from partsync.plan.preflight import CheckReport, Verdict
+    from partsync.ui.render import WordTable, print_table
 
     assert isinstance(report, CheckReport)
     marks = {Verdict.OK: "[green]ok[/]", Verdict.MISSING: "[bold red]MISSING[/]",

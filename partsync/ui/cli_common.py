@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from partsync.config import Config, check_files, load_config
 from partsync.copy.options import CopyOptions
@@ -45,8 +44,35 @@ CLUSTER_HELP = (
     "A cluster is a name from the config file ([clusters.NAME]) or one host:port bootstrap address."
 )
 
-# Messages are never hard-wrapped: a log line or a piped error stays one line, whole.
-stderr = Console(stderr=True, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class StderrConsole:
+    """rich's console on stderr, made on first use: importing rich costs about 25 ms, which a
+    run that prints nothing but its ``--json`` document (a crontab's, a script's) never needs.
+    Messages are never hard-wrapped: a log line or a piped error stays one line, whole."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, soft_wrap=True)
+        return self._console
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console.print(*objects, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.console.is_terminal
+
+
+stderr = StderrConsole()
 
 
 # Set once a command printed its --json document: an error after that must not add a second.

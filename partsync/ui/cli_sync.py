@@ -499,7 +499,7 @@ def sync(
             # Before the first bytes: a one-shot run joins its group (Kafka may hold a new
             # group's first join for seconds), and every run fences before it writes.
             phase = "joining group" if not no_group and engine == "local" else "fencing"
-            progress = CopyProgress(stderr, total, phase)
+            progress = CopyProgress(stderr.console, total, phase)
             progress.start(
                 {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions},
                 {(p.topic, p.partition): p.target_end for tp in plans for p in tp.partitions

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 
-import zstandard
-
 from partsync.wire.batch import Batch, client_header, seal
 from partsync.wire.records import encode_varint, iter_records
 
@@ -60,6 +58,8 @@ def _compressed_records(count: int) -> bytes:
     # Every filler batch of one size has the same records (the timestamp is in the header):
     # built and compressed once, then only the header and CRC change.
     records = b"".join(_record(d, d == 0) for d in range(count))
+    import zstandard  # here: only compacted copies fill
+
     return bytes(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(records))
 
 

@@ -25,13 +25,8 @@ deserializer may fail on it, which is why the key is a parameter.
 from __future__ import annotations
 
 import functools
-import gzip
 import struct
 from collections.abc import Iterator
-
-import lz4.frame
-import snappy
-import zstandard
 
 from partsync.errors import CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, client_header, seal
@@ -136,6 +131,13 @@ def compress(codec: int, data: bytes) -> bytes:
     """A records section compressed with ``codec`` (attribute bits 0-2) the way Kafka's own
     clients frame it, so every client can read it: xerial-framed snappy, LZ4 frames with
     independent 64 KiB blocks (Kafka's LZ4 reader decodes each block on its own)."""
+    # Imported here: only batches with holes are ever re-encoded.
+    import gzip
+
+    import lz4.frame
+    import snappy
+    import zstandard
+
     if codec == 0:
         return data
     if codec == 1:

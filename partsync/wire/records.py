@@ -30,16 +30,12 @@ append time), whatever its delta says, as Kafka's consumers report it.
 
 from __future__ import annotations
 
-import gzip
+import functools
 import hashlib
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import lz4.frame
-import snappy
-import zstandard
 
 from partsync.errors import CorruptBatchError
 from partsync.wire.batch import HEADER_SIZE, Batch
@@ -109,9 +105,13 @@ class Record:
 
 
 # -- decompression -----------------------------------------------------------------------------
+# The codecs' modules are imported when first needed: a shallow copy never decompresses, and
+# every command would otherwise pay their import (a few ms).
 
 
 def _snappy(data: bytes) -> bytes:
+    import snappy
+
     if not data.startswith(_XERIAL_MAGIC):
         return bytes(snappy.decompress(data))
     out = bytearray()
@@ -132,6 +132,8 @@ def _snappy(data: bytes) -> bytes:
 def _zstd(data: bytes) -> bytes:
     # decompressobj copes with frames that do not declare their content size (zstd-jni's
     # streaming output); loop over unused_data for several concatenated frames.
+    import zstandard
+
     out = bytearray()
     rest = data
     while rest:
@@ -144,23 +146,29 @@ def _zstd(data: bytes) -> bytes:
 
 
 def _lz4(data: bytes) -> bytes:
+    import lz4.frame
+
     return bytes(lz4.frame.decompress(data))
 
 
 def _gzip(data: bytes) -> bytes:
+    import gzip
+
     return gzip.decompress(data)
 
 
 _DECOMPRESSORS = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
-# What the codecs raise on bad input (lz4 raises RuntimeError; snappy its own UncompressError).
-_CODEC_ERRORS = (
-    OSError,
-    EOFError,
-    zlib.error,
-    RuntimeError,
-    zstandard.ZstdError,
-    snappy.UncompressError,
-)
+
+
+@functools.cache
+def _codec_errors() -> tuple[type[BaseException], ...]:
+    """What the codecs raise on bad input (lz4 raises RuntimeError; snappy its own
+    UncompressError)."""
+    import snappy
+    import zstandard
+
+    return (OSError, EOFError, zlib.error, RuntimeError, zstandard.ZstdError,
+            snappy.UncompressError)  # fmt: skip
 
 
 def decompress(codec: int, data: bytes) -> bytes:
@@ -177,7 +185,7 @@ def decompress(codec: int, data: bytes) -> bytes:
         return fn(data)
     except ValueError:
         raise
-    except _CODEC_ERRORS as e:
+    except _codec_errors() as e:
         raise ValueError(f"{type(e).__name__}: {e}") from None
 
 

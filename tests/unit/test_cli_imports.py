@@ -1,0 +1,25 @@
+"""What the command line loads before it runs a command: every run pays it, and a cron job's
+``sync --json`` run with nothing to render should not pay for rich or the codecs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+LAZY = ("rich", "lz4", "zstandard", "snappy", "gzip")
+
+
+def _loaded(code: str) -> list[str]:
+    probe = f"{code}; import sys; print(' '.join(m for m in {LAZY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                          text=True)  # fmt: skip
+    return done.stdout.split()
+
+
+def test_the_cli_loads_neither_rich_nor_the_codecs_until_needed() -> None:
+    assert _loaded("import partsync.ui.cli") == []
+
+
+def test_the_probe_sees_a_loaded_module() -> None:
+    # The probe itself can fail: rendering a table loads rich.
+    assert "rich" in _loaded("import partsync.ui.render")
