@@ -273,45 +273,13 @@ def _fetch_and_append(
                                     max_wait_ms=opts.fetch_wait_ms)  # fmt: skip
         except PartsyncError as e:
             _hand_back(job, out, f"fetch not sent: {e}")
-    # Appended a group at a time, as the fetch answers come in: the partitions whose answers
-    # are in (waiting for the oldest one still out), once their fences answered too. A group's
-    # local ends are read after its fences and as late as possible, right before its appends
-    # (a fenced writer's append still in flight can land until the new owner's first append;
-    # see docs/how-it-works.md).
-    sending: list[_Job] = []
-    pending = collections.deque(job for job in jobs if job.copy.key not in out)
-    while pending:
-        _wait_fetched(pending[0])
-        group = [pending.popleft()]
-        while pending and pending[0].fetch is not None and pending[0].fetch.done():
-            group.append(pending.popleft())
-        sending += _first_appends(group, local, out)
-    _go_on(sending, sources, opts, out)
-    for job in sending:
-        if job.copy.key not in out:
-            _finish(job, out)
-
-
-def _wait_fetched(job: _Job) -> None:
-    """Until the job's fetch is answered or its copy stopped (``_fetched`` says which)."""
-    try:
-        while job.fetch is not None and not job.fetch.wait(0.1):
-            job.ctx.check_running()
-    except Stop:
-        pass
-
-
-def _first_appends(
-    group: list[_Job], local: Cluster, out: dict[TopicPartition, PartitionResult | None]
-) -> list[_Job]:
-    """Send the first fetch's batches of each partition of ``group`` whose fetch and fence
-    succeeded and whose local log has not moved since the plan; the others are handed back.
-    The partitions sent."""
-    fetched = [(job, batches) for job in group
-               if (batches := _fetched(job, out)) is not None]  # fmt: skip
+    # Every answer (and the rate limits' waits) and every fence first: then the local ends are
+    # read, after the fences and as late as possible, right before the appends (a fenced
+    # writer's append still in flight can land until the new owner's first append; see
+    # docs/how-it-works.md).
+    fetched = [(job, batches) for job in jobs
+               if job.copy.key not in out and (batches := _fetched(job, out)) is not None]  # fmt: skip
     fetched = [(job, batches) for job, batches in fetched if _fenced(job, out)]
-    if not fetched:
-        return []
     try:
         unmoved = _unmoved(local, [job.ctx.plan for job, _b in fetched])
     except PartsyncError as e:
@@ -329,7 +297,10 @@ def _first_appends(
             job.ctx.fail(e)
         except Stop:
             pass  # the reason is in the context
-    return sending
+    _go_on(sending, sources, opts, out)
+    for job in sending:
+        if job.copy.key not in out:
+            _finish(job, out)
 
 
 def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
