@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "bench_contenders"))
 
 from _bytecode import cache_bytecode
 
-from partsync._kafka import Connection
+from partsync._kafka import TXN_KEY, Connection
 from partsync.config import ClusterRef
 from partsync.demo.brokers import start_noida, start_tansu
 from partsync.demo.data import create_topic as _create_topic
@@ -438,11 +438,15 @@ def start_kafka(version: str, data_dir: Path) -> KafkaBroker:
 
 
 def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
-    """Wait until a fresh Kafka broker hands out producer ids and has a group coordinator.
+    """Wait until a fresh Kafka broker hands out producer ids, has a transaction coordinator
+    and has a group coordinator.
 
     Its first InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS until the broker got a block
-    of ids from the controller, and its first FindCoordinator creates __consumer_offsets:
-    start-up work of the broker, not of the contender that happens to come first.
+    of ids from the controller, its first InitProducerId with a transactional id creates
+    __transaction_state (50 partitions: about a second, and more than a CPU second, here), and its first
+    FindCoordinator creates __consumer_offsets: start-up work of the broker, once in its life,
+    not of the contender that happens to come first (partsync fences each partition under a
+    transactional id, so it was the one that paid for __transaction_state).
     """
     host, port = bootstrap.rsplit(":", 1)
     deadline = time.monotonic() + timeout
@@ -451,9 +455,14 @@ def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
         def attempt(what: str) -> int:
             if what == "InitProducerId":
                 return conn.try_init_producer_id()[0]
+            if what == "transaction coordinator":  # creates __transaction_state
+                return conn.find_coordinator("bench-warm-up", TXN_KEY)[0]
+            if what == "transactional InitProducerId":
+                return conn.try_init_producer_id("bench-warm-up")[0]
             return conn.find_coordinator("bench-warm-up")[0]
 
-        for what in ("InitProducerId", "FindCoordinator"):
+        for what in ("InitProducerId", "transaction coordinator", "transactional InitProducerId",
+                     "FindCoordinator"):  # fmt: skip
             while (code := attempt(what)) != 0:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"Kafka on {bootstrap}: {what} still fails ({code})")
@@ -616,6 +625,7 @@ def contender_argv(
         "--compression",
         codec,
         *(["--kafka-version", kafka_version] if name == "mirrormaker2" else []),
+        *(["--option", "fenced=1"] if name == "ideal-fenced" else []),
         *extra,
     ]
 
@@ -881,7 +891,7 @@ class Bench:
         for n in self.s.scale_partitions:
             t = self.prepare(f"scale-p{n}", "lz4", n, self.s.scale_size_mb * MB, corpus, 100 + n)
             topics.append(t)
-            for c in ("partsync", "ideal"):
+            for c in ("partsync", "ideal", "ideal-fenced"):
                 if c in self.s.contenders:
                     self.measure("partitions", c, t["topic"], "lz4", n, variant=f"p={n}")
         if "partsync" in self.s.contenders and topics:

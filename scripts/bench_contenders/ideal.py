@@ -7,6 +7,12 @@ broker needs (KAFKA-FACTS.md): baseOffset 0, the writer's own idempotent produce
 per-partition sequence, a valid CRC (``rewrite_parts``), at most one batch per partition
 per Produce request, acks=all.
 
+``--option fenced=1`` gives each partition partsync's identity instead of one shared producer
+id: a transactional id of its own, initialised before the copy (all asked at once, on the
+destination, which must be a single-node cluster: its transaction coordinator), as partsync
+fences each partition it writes. The difference to the plain ideal is what that identity
+costs the broker and the start; partsync cannot do without it (docs/how-it-works.md, fencing).
+
 Pipelining: partitions are spread over ``lanes`` (option, default 4), each with its own source
 and destination connection. In a lane a fetcher thread asks for every partition with buffer
 room in one Fetch request; a producer thread packs the head batch of many partitions into each
@@ -17,6 +23,7 @@ thread reads the answers and checks only their error codes.
 from __future__ import annotations
 
 import collections
+import os
 import queue
 import sys
 import threading
@@ -37,7 +44,7 @@ _END = object()
 class IdealCopy:
     """One lane: a set of partitions with its own source and destination connection."""
 
-    def __init__(self, job: Job, parts: list[int], producer: tuple[int, int]) -> None:
+    def __init__(self, job: Job, parts: list[int], producers: dict[int, tuple[int, int]]) -> None:
         self.job = job
         self.partition_fetch_bytes = job.options.get("partition_fetch_bytes", 4 << 20)
         self.fetch_max_bytes = job.options.get("fetch_max_bytes", 64 << 20)
@@ -45,7 +52,7 @@ class IdealCopy:
         self.request_max_bytes = job.options.get("request_max_bytes", 32 << 20)
         self.src = Connection(*host_port(job.source), cluster="source", client_id="bench-ideal")
         self.dst = Connection(*host_port(job.dest), cluster="dest", client_id="bench-ideal")
-        self.producer_id, self.epoch = producer
+        self.producers = producers  # partition -> (producer id, epoch)
         self.parts = parts
         self.queues: dict[int, collections.deque[Rewritten]] = {
             p: collections.deque() for p in self.parts
@@ -101,7 +108,7 @@ class IdealCopy:
                     for b in iter_batches(f.records, start=offsets[p]):
                         if b.base_offset >= ends[p]:
                             break
-                        out.append(rewrite_parts(b, self.producer_id, self.epoch, sequence[p]))
+                        out.append(rewrite_parts(b, *self.producers[p], sequence[p]))
                         sequence[p] = (sequence[p] + b.record_count) & 0x7FFFFFFF
                         offsets[p] = b.next_offset
                         self.records += b.record_count
@@ -196,13 +203,31 @@ class IdealCopy:
             self.dst.close()
 
 
+def _fenced_ids(conn: Connection, parts: list[int]) -> dict[int, tuple[int, int]]:
+    """A transactional id per partition, initialised (all requests sent before the first
+    answer is read), as partsync fences each partition it writes."""
+    ids = [f"bench-ideal-{os.getpid()}-{p}" for p in parts]
+    out: dict[int, tuple[int, int]] = {}
+    for p, answer in zip(parts, conn.try_init_producer_ids(ids), strict=True):
+        if not isinstance(answer, tuple) or answer[0]:
+            code = answer[0] if isinstance(answer, tuple) else answer
+            raise RuntimeError(f"InitProducerId for partition {p}: {code} (fenced=1 needs a "
+                               "single-node destination, its transaction coordinator)")  # fmt: skip
+        out[p] = (answer[1], answer[2])
+    return out
+
+
 def main() -> None:
     job = parse_args(__doc__.splitlines()[0])
     parts = sorted(p for p, end in job.ends.items() if end > 0)
     n_lanes = max(1, min(job.options.get("lanes", 4), len(parts)))
     with Connection(*host_port(job.dest), cluster="dest", client_id="bench-ideal") as conn:
-        producer = conn.init_producer_id()  # sequences are per partition: lanes share the id
-    lanes = [IdealCopy(job, parts[i::n_lanes], producer) for i in range(n_lanes)]
+        if job.options.get("fenced", 0):
+            producers = _fenced_ids(conn, parts)
+        else:
+            shared = conn.init_producer_id()  # sequences are per partition: lanes share the id
+            producers = dict.fromkeys(parts, shared)
+    lanes = [IdealCopy(job, parts[i::n_lanes], producers) for i in range(n_lanes)]
     threads = [
         threading.Thread(target=lane.run_safe, name=f"lane-{i}") for i, lane in enumerate(lanes)
     ]
