@@ -74,13 +74,16 @@ HERE = Path(__file__).resolve().parent
 CONTENDERS_DIR = HERE / "bench_contenders"
 DIGEST_BENCH = HERE / "bench_digest.py"
 CODECS = ("none", "lz4", "zstd")
-CONTENDERS = ("partsync", "ideal", "confluent-mirror", "kafka-python-mirror", "mirrormaker2")
+CONTENDERS = ("partsync", "ideal", "confluent-mirror", "kafka-python-mirror", "mirrormaker2",
+              "ideal-fenced")  # fmt: skip
 DEFAULT_CONTENDERS = CONTENDERS[:4]
 KAFKA_ONLY = ("mirrormaker2",)  # needs real Apache Kafka brokers (--broker kafka)
 DEEP_MIRRORS = ("confluent-mirror", "kafka-python-mirror", "mirrormaker2")
 EXPERIMENTS = ("main", "scaling", "noop", "digest")
 RUNNERS = {
     "ideal": CONTENDERS_DIR / "ideal.py",
+    # The ideal with partsync's identity: a transactional id per partition (ideal.py's doc).
+    "ideal-fenced": CONTENDERS_DIR / "ideal.py",
     "confluent-mirror": CONTENDERS_DIR / "confluent_mirror.py",
     "kafka-python-mirror": CONTENDERS_DIR / "kafka_python_mirror.py",
     "mirrormaker2": CONTENDERS_DIR / "mirrormaker2.py",
