@@ -63,7 +63,8 @@ _PIPELINE_IDLE_S = 300.0
 # Apache Kafka reads a connection's next request only once it answered the one before, so one
 # connection has one Produce request in the broker at a time, and the broker's log appends for
 # it run one after another; two let it append on two threads. At 128 partitions of 1.6 MB on
-# Kafka 4.1.1 (docs/benchmarks.md, "Two writers per local broker") the copy took ~12% less.
+# Kafka 4.1.1 the copy took ~14% less (docs/benchmarks.md, "Start-up, fencing identity and two
+# writers").
 WRITER_LANES = 2
 # KIP-392: how long a leader's "fetch from replica N" holds before the leader is asked again
 # (Kafka's consumer keeps it for metadata.max.age.ms, 5 minutes by default), and how long a

@@ -131,24 +131,24 @@ def compress(codec: int, data: bytes) -> bytes:
     """A records section compressed with ``codec`` (attribute bits 0-2) the way Kafka's own
     clients frame it, so every client can read it: xerial-framed snappy, LZ4 frames with
     independent 64 KiB blocks (Kafka's LZ4 reader decodes each block on its own)."""
-    # Imported here: only batches with holes are ever re-encoded.
-    import gzip
-
-    import lz4.frame
-    import snappy
-    import zstandard
-
+    # Each codec is imported where it is used: only batches with holes are ever re-encoded.
     if codec == 0:
         return data
     if codec == 1:
+        import gzip
+
         return gzip.compress(data, mtime=0)
     if codec == 2:
+        import snappy
+
         out = bytearray(_XERIAL_HEADER)
         for i in range(0, len(data), _XERIAL_BLOCK):
             block = snappy.compress(data[i : i + _XERIAL_BLOCK])
             out += struct.pack(">i", len(block)) + block
         return bytes(out)
     if codec == 3:
+        import lz4.frame
+
         return bytes(
             lz4.frame.compress(
                 data,
@@ -159,6 +159,8 @@ def compress(codec: int, data: bytes) -> bytes:
             )
         )
     if codec == 4:
+        import zstandard
+
         return bytes(zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(data))
     raise ValueError(f"unknown compression codec {codec}")
 
