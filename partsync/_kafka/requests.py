@@ -152,6 +152,9 @@ class TxnState:
     state: str  # e.g. "Ongoing", "PrepareCommit", "CompleteAbort", "Empty"
     producer_id: int
     epoch: int
+    # When its transaction began and the timeout it runs under (ms; -1 where not told).
+    start_ms: int = -1
+    timeout_ms: int = -1
 
 
 def _init_producer_id(
@@ -196,8 +199,11 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         *,
         replica_id: int = CONSUMER_REPLICA,
         leader_epochs: dict[int, int] | None = None,
+        isolation_level: int = 0,
     ) -> dict[int, tuple[int, int]]:
         """Returns {partition: (error_code, offset)} for EARLIEST/LATEST.
+
+        ``isolation_level`` 1 (read_committed) answers LATEST with the last stable offset.
 
         ``replica_id`` CONSUMER_REPLICA (-1) answers LATEST with the high watermark;
         DEBUG_REPLICA (-2) with the log end offset, where the next append lands (Kafka lets any
@@ -206,7 +212,7 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
         req = ListOffsetsRequest(
             replica_id=replica_id,
-            isolation_level=0,
+            isolation_level=isolation_level,
             topics=[
                 ListOffsetsRequest.ListOffsetsTopic(
                     name=topic,
@@ -467,6 +473,8 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
                          DescribeTransactionsRequest(transactional_ids=transactional_ids))  # fmt: skip
         return {
             s.transactional_id: TxnState(int(s.error_code), s.transaction_state,
-                                         int(s.producer_id), int(s.producer_epoch))
+                                         int(s.producer_id), int(s.producer_epoch),
+                                         int(s.transaction_start_time_ms),
+                                         int(s.transaction_timeout_ms))
             for s in resp.transaction_states
         }  # fmt: skip

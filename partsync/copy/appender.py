@@ -50,6 +50,7 @@ from partsync.errors import (
     UnsafeError,
 )
 from partsync.io.writer import ProduceFuture
+from partsync.plan.txn_window import HeldBack
 from partsync.wire.batch import Batch, check_appendable, rewrite_parts
 from partsync.wire.filler import filler_batch
 from partsync.wire.holes import fill_inner_holes, gap_batches, gap_stamp
@@ -137,14 +138,20 @@ def append_in_order(
                         # else is appended, so a kill leaves no window for consumers to read
                         # below it).
                         if replay is not None:
-                            _check_not_held(ctx, replay.holding, b)
-                            replay.wait_confirmed()
-                        sender.wait_confirmed()
-                        ctx.local.delete_records(ctx.topic, ctx.partition, start)
+                            replay.start_log_at(start)  # once it is appended, if held
+                        else:
+                            sender.wait_confirmed()
+                            ctx.local.delete_records(ctx.topic, ctx.partition, start)
                     expected = b.next_offset
                     last, last_source = b, source
         if replay is not None:
             replay.finish()
+    except HeldBack:
+        assert replay is not None
+        try:
+            replay.finish()  # stops right before what it held
+        except PartsyncError as e:
+            ctx.fail(e)
     except Stop:
         pass
     except PartsyncError as e:
@@ -177,15 +184,6 @@ def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
     if ctx.rules.expires(b):
         first = b.base_offset if ctx.expired is None else ctx.expired[0]
         ctx.expired = (first, b.last_offset)
-
-
-def _check_not_held(ctx: CopyContext, held: bool, b: Batch) -> None:
-    if held:
-        raise UnsafeError(
-            f"the mirror would start inside a transaction ({b.describe()} holds the sources' "
-            "log start and its transaction has no marker yet): run again once it has one",
-            cluster=ctx.local.name, offset=b.base_offset,
-        )  # fmt: skip
 
 
 def finish(ctx: CopyContext, sender: Sender | None, session: ProducerSession) -> None:

@@ -87,9 +87,12 @@ class CopyContext:
         self.expired: tuple[int, int] | None = None
         # --compaction-holes fill: offsets given hole records, and source batches re-encoded
         # to hold them (counted as each append is verified).
-        # Where a replay of transactions ended the copy short of the target: the last point
-        # with no transaction open (``txn_replay``); the rest waits for the source's markers.
+        # Where a replay of transactions ended the copy short of the target, right before a
+        # transaction it held back (``txn_replay``), and why: the partition is behind.
         self.stopped_at: int | None = None
+        self.behind: str | None = None
+        # Local transactions left open for source transactions without a marker yet (JSON).
+        self.open_txns: list[dict[str, int]] = []
         self.holes_filled = 0
         self.batches_reencoded = 0
         # The end of an append whose answer was lost (a cut connection, a timeout): it may be

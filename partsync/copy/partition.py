@@ -155,12 +155,14 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
                   else Status.HANDED_OVER if isinstance(ctx.error, FencedError)
                   else Status.ERROR)  # fmt: skip
         return result.with_status(status, str(ctx.error), ctx.error)
+    result = result.with_copy(open_transactions=tuple(ctx.open_txns))
     if ctx.stopped_at is not None and ctx.confirmed_end == ctx.stopped_at:
-        # A replay of transactions aims at the last offset where every transaction it saw
-        # has ended (the notes say which are still open in the source).
-        result = result.with_copy(target_end=ctx.stopped_at, wait_from=plan.target_end)
-        done = Status.SYNCED if ctx.confirmed_end > plan.local.end else Status.IN_SYNC
-        return result.with_status(done, None)
+        # A replay of transactions stopped right before one it held back for its marker:
+        # behind, never in sync (follow mode waits for source data past what it held).
+        result = result.with_copy(wait_from=plan.target_end)
+        if ctx.stopped_at < plan.target_end:
+            return result.with_status(Status.BEHIND, ctx.behind)
+        return result.with_status(Status.SYNCED, None)
     if ctx.confirmed_end != plan.target_end:
         return result.with_status(
             Status.ERROR,

@@ -70,6 +70,8 @@ class ProducerSession:
     # Slot -> the first local offset of its transaction left open (by a killed run, or a copy
     # that ended before the source's marker): the replay resumes it instead of aborting it.
     open_txns: dict[int, int] = field(default_factory=dict)
+    # Slot -> when the local coordinator aborts its open transaction (wall clock ms; -1: unknown).
+    open_until: dict[int, int] = field(default_factory=dict)
 
     def older_than(self, seconds: float) -> bool:
         return time.monotonic() - self.opened_at > seconds
@@ -160,10 +162,16 @@ def fence_slots(
     """Give ``session`` the partition's transaction slots: each one's transaction an earlier
     run left open is taken up (``_left_open``, into ``session.open_txns``), every other slot's
     id is initialised, which fences whoever held it."""
+    if states is None:
+        states = local.describe_transactions([slot_id(topic, partition, n)
+                                              for n in range(TXN_SLOTS)])  # fmt: skip
     left_open = _left_open(local, topic, partition, states)
     for n in range(TXN_SLOTS):
         if n in left_open:
             session.slots[n], session.slot_sequences[n], session.open_txns[n] = left_open[n]
+            st = (states or {}).get(slot_id(topic, partition, n))
+            known = st is not None and st.start_ms >= 0 and st.timeout_ms >= 0
+            session.open_until[n] = st.start_ms + st.timeout_ms if known and st else -1
         else:
             session.slots[n] = local.init_producer_id(
                 slot_id(topic, partition, n), lane=lane, txn_timeout_ms=txn_timeout_ms
@@ -221,11 +229,12 @@ def renew_producer(
     pid, epoch = local.init_producer_id(
         transactional_id(topic, partition), current=(session.producer_id, session.epoch)
     )
-    # The transaction slots keep their identities (initialising them again would abort
-    # nothing, since none is open between rounds, but costs a request each).
+    # The transaction slots keep their identities: initialising them again would abort the
+    # transactions a round left open for the source's markers.
     return ProducerSession(pid, epoch, fencing=True, slots=session.slots,
                            slot_sequences=session.slot_sequences,
-                           open_txns=session.open_txns)  # fmt: skip
+                           open_txns=session.open_txns,
+                           open_until=session.open_until)  # fmt: skip
 
 
 def open_fenced_producers(

@@ -11,18 +11,21 @@ else is appended until that marker has landed, and it must land exactly at the s
 offset. Transactions of several source producers that interleave in the partition are replayed
 by as many slots at once, up to ``TXN_SLOTS``.
 
-A local transaction is never left open waiting for the source: batches are held back from the
-first batch of a transaction until the point where every transaction seen so far has its marker
-(a quiet point), then appended together. A copy ends at the last quiet point it reached; what
-follows waits for the next run, once the source has ended those transactions. So a run killed
-or failed between a transaction's data and its marker is the only way a local transaction is
-left open: the next run's fence of the slots aborts it (docs/how-it-works.md says what then).
+Transactions are streamed (``plan.txn_window``): batches go as they come, so exactly-once
+writers that always keep some transaction open are mirrored as they write. A copy that ends
+before a source marker leaves its local transaction open; the next run (or round) resumes it
+(``producer.take_up_slots``), and the result names it with the time until which the local
+coordinator keeps it open (``open_transactions``). A transaction that cannot be carried over
+(no KIP-664 lookups on the local cluster; an old transaction still open in the source) is held
+back until its marker instead, and a copy that ends first stops right before it: the partition
+is reported ``behind``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from partsync._kafka import broker_error
@@ -32,12 +35,16 @@ from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slo
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
-from partsync.plan.txn_window import TxnWindow, too_many_open
+from partsync.plan.txn_window import HeldBack, HoldRule, TxnWindow, open_txns_text, too_many_open
 from partsync.retry import Backoff
 from partsync.wire.batch import Batch, iter_batches
 from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
 
 __all__ = ["TxnReplay"]
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,7 @@ class _Txn:
     slot: int
     sender: Sender
     first: int  # offset of its first batch in the partition
+    until_ms: int  # when the local coordinator aborts it if still open (wall clock; -1: unknown)
 
 
 class TxnReplay:
@@ -73,13 +81,23 @@ class TxnReplay:
 
     def __init__(self, ctx: CopyContext, main: Sender, session: ProducerSession) -> None:
         self.ctx, self.main, self.session = ctx, main, session
-        # Source transactions seen and what is held until each has its marker.
-        self._window: TxnWindow[_Held] = TxnWindow(TXN_SLOTS, ctx.opts.max_in_flight_bytes)
+        # Source transactions seen and what is held until their markers.
+        self._source = ctx.plan.chunks[0].source if ctx.plan.chunks else ""
+        self.rule = HoldRule(
+            resumable=ctx.local.can_resume_transactions(),
+            now_ms=int(time.time() * 1000),
+            timeout_ms=ctx.opts.transaction_timeout_ms,
+            stable_end=self._stable_end,
+        )
+        self._window: TxnWindow[_Held] = TxnWindow(TXN_SLOTS, ctx.opts.max_in_flight_bytes,
+                                                   self.rule.hold)  # fmt: skip
         self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
         self._writers: dict[int, SharedWriter] = {}  # slot -> its writer
         self._active = main  # the sender whose appends may be in flight
-        self.quiet_at = ctx.plan.local.end  # the last quiet point reached
         self.markers = 0
+        self.held_back: HeldBack | None = None
+        # The bootstrap's log start, to be set once the batch holding it is appended.
+        self._start_at: int | None = None
         for slot, first in sorted(session.open_txns.items()):
             self._resume(slot, first)
 
@@ -104,40 +122,91 @@ class TxnReplay:
         open, appended with everything held once none is."""
         item = _Held(b, source, at, filler, 0 if filler else b.size if size is None else size,
                      holes)  # fmt: skip
+        self._source = source
         try:
             ready = self._window.take(item, None if filler else b, item.size)
         except UnsafeError as e:
             e.cluster, e.topic, e.partition = source, self.ctx.topic, self.ctx.partition
             raise
+        except HeldBack as e:
+            self.held_back = e
+            raise
         for h in ready:
             self._append(h)
-        if ready:
-            self.quiet_at = item.next_offset
+            if self._start_at is not None and h.next_offset > self._start_at:
+                self._set_log_start()
+
+    def start_log_at(self, start: int) -> None:
+        """A bootstrap's first copied batch holds the sources' log start ``start``: once it is
+        appended (now, or when the transactions held with it go), the local log start is moved
+        there, before anything after it is appended."""
+        self._start_at = start
+        if not self._window.holding:
+            self._set_log_start()
+
+    def _set_log_start(self) -> None:
+        assert self._start_at is not None
+        ctx, start, self._start_at = self.ctx, self._start_at, None
+        self.wait_confirmed()
+        ctx.local.delete_records(ctx.topic, ctx.partition, start)
+
+    def _stable_end(self) -> int:
+        """The serving source's last stable offset (``HoldRule``)."""
+        ctx = self.ctx
+        return ctx.sources[self._source].last_stable_offset(ctx.topic, ctx.partition)
 
     def finish(self) -> None:
-        """The end of the copy's batches: what is held (transactions the source has not ended
-        within the range) stays for the next run; the copy ends at the last quiet point."""
+        """The end of the copy's batches (or ``HeldBack``): what is held (transactions that
+        cannot be left open locally and have no marker in the range) is dropped, and the copy
+        stops right before it (the partition is behind); transactions streamed and still open
+        stay open for the next run, and the result names them."""
+        ctx = self.ctx
         self.wait_confirmed()
         if self._window.holding:
-            open_txns = ", ".join(f"producer {pid} from offset {first}"
-                                  for pid, first in sorted(self._window.open.items(),
-                                                           key=lambda kv: kv[1]))  # fmt: skip
-            self.ctx.stopped_at = self.quiet_at
-            resumed = ", ".join(f"{t.first}" for t in self._live.values())
-            kept = (f"; the local transaction resumed from offset {resumed} stays open until "
-                    "then" if resumed else "")  # fmt: skip
-            self.ctx.notes.append(
-                f"copied up to offset {self.quiet_at}: the source's transactions of {open_txns} "
-                "have no marker in the range yet (a replay holds a transaction's batches back "
-                f"until its marker){kept}; the next run copies them once the source has ended "
-                "them"
-            )
+            held = open_txns_text(self._window.held_open)
+            ctx.stopped_at = ctx.confirmed_end
+            why = (self.held_back.reason if self.held_back is not None
+                   else f"the source transactions of {held} have no marker in the range yet")  # fmt: skip
+            if not self.rule.resumable:
+                how = (f"{ctx.local.name} cannot resume a transaction left open by an earlier run "
+                       "(it lacks DescribeTransactions or DescribeProducers, KIP-664), so a "
+                       "replay holds each transaction back until its marker")  # fmt: skip
+            else:
+                how = ("they began more than --transaction-timeout ago and are still open in the "
+                       "source, longer than the local coordinator keeps a transaction open, so "
+                       "a replay holds them back until their markers")  # fmt: skip
+            ctx.behind = (f"copied up to offset {ctx.confirmed_end}: {why}; {how}; run again once "
+                          "the source has ended them, or run sync --follow, which copies them "
+                          "as soon as they end")  # fmt: skip
             self._window.drop_held()
+            if self._start_at is not None and ctx.confirmed_end > ctx.plan.local.end:
+                # The straddling batch is held: hide the fillers appended so far.
+                ctx.local.delete_records(ctx.topic, ctx.partition, ctx.confirmed_end)
+                self._start_at = None
+        for pid, txn in sorted(self._live.items(), key=lambda kv: kv[1].first):
+            ctx.open_txns.append({"source_producer_id": pid, "first_offset": txn.first,
+                                  "local_slot": txn.slot,
+                                  "open_until_ms": txn.until_ms})  # fmt: skip
+        if ctx.open_txns:
+            until = [t["open_until_ms"] for t in ctx.open_txns if t["open_until_ms"] >= 0]
+            when = (
+                f" until {_iso(min(until))} (the local coordinator aborts them then, "
+                "and the mirror would differ from the source there)"
+                if until
+                else ""
+            )
+            left = {t["source_producer_id"]: t["first_offset"] for t in ctx.open_txns}
+            ctx.notes.append(
+                f"left {len(left)} local transaction(s) open for source transactions that have "
+                f"no marker yet ({open_txns_text(left)}): the next run resumes them, which is "
+                f"safe{when}"
+            )
 
     def close(self) -> None:
         """Close the slots' writers (their appends were waited for, or the copy failed); the
         session remembers the local transactions still open, for the next round to resume."""
         self.session.open_txns = {t.slot: t.first for t in self._live.values()}
+        self.session.open_until = {t.slot: t.until_ms for t in self._live.values()}
         for txn in self._live.values():
             self.session.slot_sequences[txn.slot] = txn.sender.sequence
         self._live.clear()
@@ -190,13 +259,14 @@ class TxnReplay:
                 f"and {slot}) replay the same source transaction at offset {first}",
                 cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
             )  # fmt: skip
-        self._live[theirs.producer_id] = self._slot_txn(slot, first)
+        until = self.session.open_until.get(slot, -1)
+        self._live[theirs.producer_id] = self._slot_txn(slot, first, until)
         if not theirs.is_control:  # a marker-only transaction just ends
-            self._window.open[theirs.producer_id] = first
+            self._window.resumed(theirs.producer_id, first)
         ctx.notes.append(f"resumed the local transaction left open from offset {first} (source "
                          f"producer {theirs.producer_id})")  # fmt: skip
 
-    def _slot_txn(self, slot: int, first: int) -> _Txn:
+    def _slot_txn(self, slot: int, first: int, until_ms: int) -> _Txn:
         ctx = self.ctx
         writer = self._writers.get(slot)
         if writer is None or writer.broken:  # one per slot, for all its transactions
@@ -206,7 +276,7 @@ class TxnReplay:
             self._writers[slot] = writer
         identity = ProducerSession(*self.session.slots[slot],
                                    sequence=self.session.slot_sequences.get(slot, 0))  # fmt: skip
-        return _Txn(slot, Sender(ctx, writer, identity), first)
+        return _Txn(slot, Sender(ctx, writer, identity), first, until_ms)
 
     def _begin(self, source_pid: int, first: int) -> _Txn:
         """A slot's transaction for the source producer's transaction, with the partition
@@ -233,7 +303,9 @@ class TxnReplay:
             lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),
             what="AddPartitionsToTxn",
         )
-        txn = self._slot_txn(slot, first)
+        # The coordinator times the transaction from its first AddPartitionsToTxn.
+        until = int(time.time() * 1000) + ctx.opts.transaction_timeout_ms
+        txn = self._slot_txn(slot, first, until)
         self._live[source_pid] = txn
         return txn
 

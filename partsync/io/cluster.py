@@ -19,6 +19,7 @@ from partsync._kafka import (
     COORDINATOR_RETRY_CODES,
     ELECTION_CODES,
     FENCED_CODES,
+    LATEST,
     TXN_KEY,
     ActiveProducer,
     BrokerInfo,
@@ -848,6 +849,29 @@ class Cluster:
                 if e.error_code not in ELECTION_CODES or not backoff.wait():
                     raise
                 self.metadata(refresh=True)
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's last stable offset (ListOffsets LATEST at read_committed, from its
+        leader): every transaction that begins below it has its marker in the log."""
+        for attempt in range(2):
+            conn = self.broker_conn(self.leader(topic, partition))
+            code, offset = conn.list_offsets(topic, [partition], LATEST, isolation_level=1)[
+                partition
+            ]
+            if code in ELECTION_CODES and attempt == 0:
+                self.metadata(refresh=True)
+                continue
+            raise_for_code(code, f"the last stable offset of {topic}-{partition}",
+                           cluster=self.name)  # fmt: skip
+            return offset
+        raise AssertionError("unreachable")
+
+    def can_resume_transactions(self) -> bool:
+        """Whether a run can find and resume a transaction an earlier run left open in a
+        partition (DescribeTransactions and DescribeProducers, KIP-664: Kafka 3.0+)."""
+        return self._bootstrap_call(
+            lambda c: c.supports("DescribeTransactions") and c.supports("DescribeProducers")
+        )
 
     def bounds_and_log_ends(
         self, topic: str, partitions: list[int]

@@ -10,11 +10,12 @@ costs. It follows the batches as a sync with given options would append them
   batch re-encoded (``wire.holes``);
 - ``wire.batch.check_appendable`` refuses markers and transactional data without ``replay``,
   LogAppendTime batches, and markers or control batches with holes;
-- a replay holds batches back from a transaction's first batch until every transaction seen
-  has its marker (a *quiet point*), refuses more than ``slots`` transactions open at once and a
-  hold beyond ``max_held_bytes``, and a run ends at the last quiet point;
+- a replay streams transactions (``plan.txn_window``): it holds back only those ``hold`` says
+  it cannot leave open locally, from their first batch until their markers, refuses more than
+  ``slots`` transactions open at once, and stops right before what it holds when the range
+  ends or the hold passes ``max_held_bytes``;
 - a mirror started at the sources' log start (``bootstrap``) appends fillers up to its first
-  batch, which a compacted local topic cannot take, and must not start inside a transaction.
+  batch, which a compacted local topic cannot take.
 
 The counts are of what such a sync copies, up to where it stops; ``ScanStop`` says where and
 why it stops short of the range's end. Record-level rules (a keyless record for a compacted
@@ -24,11 +25,11 @@ local topic, a record under the hole key) are not followed: they need the record
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from partsync.errors import UnsafeError
-from partsync.plan.txn_window import TxnWindow, too_many_open
+from partsync.plan.txn_window import HeldBack, TxnWindow, open_txns_text, too_many_open
 from partsync.wire.batch import Batch, check_appendable
 from partsync.wire.markers import ABORT, marker_type
 
@@ -49,6 +50,8 @@ class ScanOptions:
     # The sources' log start, where the mirror of an empty local partition starts (the plan's
     # bootstrap): its first batch is copied whole, and fillers, not holes, lead up to it.
     bootstrap_at: int | None = None
+    # Which transactions a replay holds back (``HoldRule.hold``); None: every one.
+    hold: Callable[[Batch], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,9 @@ class Census:
         self._at = start  # the next offset a batch must start at
         self._copied: Counter[str] = Counter()  # appended: up to the last quiet point
         # What a replay holds back (the counts of each append) until a quiet point.
-        self._window: TxnWindow[dict[str, int]] = TxnWindow(opts.slots, opts.max_held_bytes)
+        self._window: TxnWindow[dict[str, int]] = TxnWindow(opts.slots, opts.max_held_bytes,
+                                                            opts.hold)  # fmt: skip
+        self._held_back: HeldBack | None = None
         self._quiet = start
         self._first = True
 
@@ -155,7 +160,7 @@ class Census:
 
     def add(self, b: Batch) -> bool:
         """Take the next batch; False once a sync would have refused (read no further)."""
-        if self.refusal is not None:
+        if self.refusal is not None or self._held_back is not None:
             return False
         boot = self._first and self.opts.bootstrap_at is not None
         if b.base_offset < self._at and not boot:
@@ -168,6 +173,9 @@ class Census:
         except UnsafeError as e:
             offset = b.base_offset if e.offset is None else e.offset
             self.refusal = ScanStop(offset, e.reason, refused=True)
+            return False
+        except HeldBack as e:
+            self._held_back = e
             return False
         self._first = False
         return True
@@ -210,19 +218,11 @@ class Census:
         elif b.is_transactional:
             counts["transactional"] = 1
         self._send(b.next_offset, b, b.size, **counts)
-        start = opts.bootstrap_at
-        straddles = start is not None and b.base_offset < start <= b.last_offset
-        if self._first and straddles and self._window.holding:
-            raise UnsafeError(
-                f"the mirror would start inside a transaction ({b.describe()} holds the "
-                "sources' log start and its transaction has no marker yet)",
-                offset=b.base_offset,
-            )
         self._at = b.next_offset
 
     def _send(self, next_offset: int, batch: Batch | None, size: int, **counts: int) -> None:
         """One append, as ``TxnReplay.send`` takes it: appended at once, or held while a
-        transaction is open and appended with everything held at the next quiet point."""
+        held transaction is open and appended with everything held once none is."""
         ready = self._window.take(counts, batch, size)
         for done in ready:
             self._copied.update(done)
@@ -240,11 +240,15 @@ class Census:
         below it added unless a refusal stopped the reading)."""
         c = self._copied.get
         stop = self.refusal
-        if stop is None and self._window.open:
-            ids = ", ".join(str(p) for p in self._window.open)
-            stop = ScanStop(self._quiet, f"the source transactions of producer ids {ids} have "
-                            f"no marker yet: a sync copies up to offset {self._quiet} and the "
-                            "rest once the source has ended them", refused=False)  # fmt: skip
+        if stop is None and self._held_back is not None:
+            stop = ScanStop(self._quiet, f"{self._held_back.reason}: a sync copies up to "
+                            f"offset {self._quiet} and is behind", refused=False)  # fmt: skip
+        elif stop is None and self._window.held_open:
+            held = open_txns_text(self._window.held_open)
+            stop = ScanStop(self._quiet, f"the source transactions of {held} have no marker "
+                            f"yet and cannot be left open locally: a sync copies up to offset "
+                            f"{self._quiet} and the rest once the source has ended them",
+                            refused=False)  # fmt: skip
         census = RangeCensus(
             start=self.start,
             end=self._quiet if stop is not None else max(self._at, end),

@@ -27,6 +27,10 @@ class Status(str, enum.Enum):
     # The run was stopped (--deadline, a signal) before the partition caught up; what was
     # appended is verified and the next run resumes from the local log end.
     STOPPED = "stopped"
+    # The copy stopped short of the target at a point it may not pass yet (a source
+    # transaction it holds back until its marker); the reason says what it waits for. Not in
+    # sync: a one-shot run exits 4, run again later (or follow).
+    BEHIND = "behind"
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class PartitionResult:
     # Where follow mode waits for more source data, when not at the local end: a replay of
     # transactions that held batches back for markers not yet written waits past them.
     wait_from: int | None = None
+    # Local transactions a replay left open for source transactions without a marker yet:
+    # source_producer_id, first_offset, local_slot, open_until_ms (when the local coordinator
+    # aborts it; -1 unknown). The next run resumes them.
+    open_transactions: tuple[dict[str, int], ...] = ()
 
     def with_status(
         self, status: Status, reason: str | None, error: PartsyncError | None = None
@@ -86,6 +94,7 @@ class PartitionResult:
             "notes": list(self.notes),
             "holes_filled": self.holes_filled,
             "batches_reencoded": self.batches_reencoded,
+            "open_transactions": [dict(t) for t in self.open_transactions],
             "seconds": round(self.seconds, 3),
         }
 
@@ -126,9 +135,9 @@ class SyncReport:
     def exit_status(self) -> ExitStatus:
         """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins);
         1 a failure (rerun), a source that did not answer, or a signal stopped the run before
-        it caught up; 4 the deadline
-        stopped it before it caught up. For a one-shot run; follow mode ends by being stopped
-        (``run.sync``)."""
+        it caught up; 4 the deadline stopped it before it caught up, or a partition is behind
+        (not caught up: run again later). For a one-shot run; follow mode ends by being
+        stopped (``run.sync``)."""
         statuses = {p.status for p in self.all_partitions()}
         if Status.UNSAFE in statuses:
             return ExitStatus.UNSAFE
@@ -137,6 +146,8 @@ class SyncReport:
             return ExitStatus.FAILURE
         if Status.STOPPED in statuses:
             return ExitStatus.DEADLINE if self.stopped == "deadline" else ExitStatus.FAILURE
+        if Status.BEHIND in statuses:
+            return ExitStatus.DEADLINE
         return ExitStatus.OK
 
     def to_dict(self) -> dict[str, Any]:

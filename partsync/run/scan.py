@@ -10,6 +10,7 @@ under the hole key) are not predicted: they need the records themselves.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,6 +20,7 @@ from partsync.io.pool import ClusterPool
 from partsync.io.reader import read_batches
 from partsync.plan.census import Census, PartitionScan, ScanOptions
 from partsync.plan.comparator import PartitionPlan
+from partsync.plan.txn_window import HoldRule
 from partsync.run.planner import SyncRequest, TopicPlan
 
 __all__ = ["scan_topics"]
@@ -47,6 +49,13 @@ def scan_topics(
 def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) -> PartitionPlan:
     refs = {ref.name: ref for ref in req.sources}
     opts = req.options
+    serving = p.chunks[0].source
+    rule = HoldRule(
+        resumable=pool.get(req.local).can_resume_transactions(),
+        now_ms=int(time.time() * 1000),
+        timeout_ms=opts.transaction_timeout_ms,
+        stable_end=lambda: pool.get(refs[serving]).last_stable_offset(p.topic, p.partition),
+    )
     census = Census(p.local.end, ScanOptions(
         fill_holes=opts.fill_holes,
         replay=opts.replay_transactions,
@@ -54,6 +63,7 @@ def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) 
         slots=TXN_SLOTS,
         max_held_bytes=opts.max_in_flight_bytes,
         bootstrap_at=p.copy_start if p.bootstrap else None,
+        hold=rule.hold,
     ))  # fmt: skip
     try:
         for chunk in p.chunks:

@@ -181,7 +181,7 @@ class _RunCollector(Collector):
         )
         yield _gauge(
             "partsync_partition_status",
-            "1 for the partition's status in this run (in-sync, synced, unsafe, error, "
+            "1 for the partition's status in this run (in-sync, synced, behind, unsafe, error, "
             "handed-over, stopped).",
             ("topic", "partition", "status"),
             (((*lp(p), p.status.value), 1) for p in parts),

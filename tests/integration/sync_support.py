@@ -270,16 +270,19 @@ REPORT_KEYS = {"topics", "seconds", "stopped"}
 # the error that ended the run.
 OPTIONAL_REPORT_KEYS = {"group", "group_offsets", "error"}
 # "unreachable" (sources that did not answer) came with issue 13; a partition's "seconds" with
-# issue 15, "holes_filled" and "batches_reencoded" with issue 17.
+# issue 15, "holes_filled" and "batches_reencoded" with issue 17, "open_transactions" with
+# issue 36.
 TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
     "partition", "status", "local_end_before", "local_end_after", "target_end",
     "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes", "seconds",
-    "holes_filled", "batches_reencoded",
+    "holes_filled", "batches_reencoded", "open_transactions",
 }  # fmt: skip
 # "handed-over" came with group ownership and fencing (issue 5).
 # "stopped" replaced "error" for partitions a deadline or signal stopped (issue 13).
-STATUSES = {"in-sync", "synced", "unsafe", "error", "handed-over", "stopped"}
+OPEN_TXN_KEYS = {"source_producer_id", "first_offset", "local_slot", "open_until_ms"}
+# "behind" for a partition a replay stopped short of, before a transaction it held (issue 36).
+STATUSES = {"in-sync", "synced", "behind", "unsafe", "error", "handed-over", "stopped"}
 
 
 def _is_int(x: object) -> bool:
@@ -330,6 +333,9 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
                 isinstance(n, str) and n for n in p["notes"]
             )
             assert isinstance(p["seconds"], float) and p["seconds"] >= 0, p
+            assert isinstance(p["open_transactions"], list), p
+            for txn in p["open_transactions"]:
+                assert set(txn) == OPEN_TXN_KEYS and all(_is_int(v) for v in txn.values()), p
             assert p["local_end_after"] >= p["local_end_before"] >= 0, p
             if p["status"] == "in-sync":
                 assert p["local_end_before"] == p["local_end_after"] == p["target_end"], p
@@ -337,6 +343,8 @@ def check_report(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
             elif p["status"] == "synced":
                 assert p["local_end_after"] == p["target_end"] > p["local_end_before"], p
                 assert p["batches"] > 0 and p["reason"] is None, p
+            elif p["status"] == "behind":
+                assert p["local_end_after"] < p["target_end"] and p["reason"], p
             else:
                 assert p["reason"], p
             key = (t["topic"], p["partition"])

@@ -24,6 +24,7 @@ from tests.integration.sync_support import (
     Clusters,
     by_partition,
     check_plan,
+    cluster_ref,
     ends,
     fetch_batches,
     records,
@@ -167,36 +168,149 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
         assert d.code == 0, (level, d.stdout + d.stderr)
 
 
-def test_a_transaction_still_open_in_the_source_waits_for_its_marker(
+def _resumable(clusters: Clusters) -> bool:
+    """Whether the local cluster can carry a replayed transaction from one run to the next
+    (KIP-664 lookups: Apache Kafka 3.0+; the PyPI brokers lack them)."""
+    from partsync.io.cluster import Cluster
+
+    with Cluster(cluster_ref(clusters["local"], "local")) as local:
+        return local.can_resume_transactions()
+
+
+def test_a_transaction_still_open_in_the_source_is_left_open_or_holds_the_copy_back(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
-    """Data after an open transaction is not copied: a replay never leaves a local transaction
-    open. Once the source commits, the next run copies the rest."""
+    """Where the local cluster can resume a transaction (Kafka), the open source transaction is
+    streamed and its local transaction left open for the next run, named in the JSON with the
+    time the local coordinator keeps it; elsewhere the copy stops right before it and the
+    partition is behind (exit 4), never in sync. Once the source commits, the next run copies
+    the rest."""
     _source_topic(clusters, topic)
     a = clusters.bootstrap("a")
     produce(a, topic, records(10, seed=1), partition=0)
     t1 = _txn(clusters, "a", f"{topic}-t1")
-    t1.begin().send(topic, records(3, seed=2))
+    t1.begin().send(topic, records(3, seed=2, base_timestamp_ms=None))  # begun now
     produce(a, topic, records(5, seed=3), partition=0)
+    hw = ends(clusters["a"], topic, 1)[0]
+    resumable = _resumable(clusters)
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
     assert planned.code == 0, planned.stdout + planned.stderr
     scan = check_plan(planned.json)[(topic, 0)]["scan"]
-    assert (len(scan["open_at_end"]), scan["end"], scan["batches"]) == (1, 10, 1), scan
-    assert scan["stop"]["offset"] == 10 and not scan["stop"]["refused"], scan
+    assert len(scan["open_at_end"]) == 1, scan
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
 
-    assert r.code == 0, r.stdout + r.stderr
     e = by_partition(r.json, topic)[0]
-    assert e["status"] == "synced" and e["local_end_after"] == 10, e
-    assert any("have no marker in the range yet" in n for n in e["notes"]), e
-    assert ends(clusters["local"], topic, 1) == {0: 10}
+    if resumable:
+        assert (scan["end"], scan["stop"]) == (hw, None), scan
+        assert r.code == 0, r.stdout + r.stderr
+        assert e["status"] == "synced" and e["local_end_after"] == hw, e
+        (left,) = e["open_transactions"]
+        assert (left["first_offset"], left["source_producer_id"]) == (10, scan["open_at_end"][0])
+        assert left["open_until_ms"] > time.time() * 1000 + 60_000, left  # the 900 s default
+        assert any("the next run resumes them" in n for n in e["notes"]), e
+    else:
+        assert (scan["end"], scan["stop"]["offset"], scan["stop"]["refused"]) == (10, 10, False)
+        assert r.code == 4, r.stdout + r.stderr
+        assert e["status"] == "behind" and e["local_end_after"] == 10, e
+        assert e["target_end"] == hw and e["open_transactions"] == [], e
+        assert f"producer {scan['open_at_end'][0]} from offset 10" in e["reason"], e
+        assert "sync --follow" in e["reason"], e
+        assert ends(clusters["local"], topic, 1) == {0: 10}
 
     t1.send(topic, records(2, seed=4)).commit()
     end = _source_end(clusters, topic)
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
     assert r.code == 0, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert (e["local_end_after"], e["open_transactions"]) == (end, []), e
+    if resumable:
+        assert any("resumed the local transaction left open from offset 10" in n
+                   for n in e["notes"]), e  # fmt: skip
+    _assert_mirrored(clusters, topic)
+
+
+def _overlap(writers: list[_Txn], topic: str, rounds: int, seed: int) -> None:
+    """Exactly-once writers as Kafka Streams runs them: each commits and at once begins its
+    next transaction while the others' are open, so no offset has every transaction ended."""
+    for i in range(rounds):
+        for n, w in enumerate(writers):
+            w.send(topic, records(2, seed=seed + 10 * i + n, base_timestamp_ms=None)).commit()
+            w.begin().send(topic, records(1, seed=seed + 10 * i + n + 5, base_timestamp_ms=None))
+
+
+def test_overlapping_exactly_once_writers_are_copied_on_every_run(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Two transactional producers, 80 overlapping committed transactions, the newest of each
+    open: a replay that waited for a point where every transaction had ended copied nothing and
+    reported the partition in sync. Now a run ends at or beyond the source's last stable
+    offset with both local transactions left open (Kafka), or reports the partition behind,
+    naming both (a local cluster that cannot resume a transaction)."""
+    from partsync.io.cluster import Cluster
+
+    _source_topic(clusters, topic)
+    writers = [_txn(clusters, "a", f"{topic}-w{n}") for n in (1, 2)]
+    for w in writers:
+        w.begin().send(topic, records(1, seed=len(topic), base_timestamp_ms=None))
+    _overlap(writers, topic, 40, seed=100)
+    with Cluster(cluster_ref(clusters["a"], "a")) as src:
+        lso = src.last_stable_offset(topic, 0)
+    hw = ends(clusters["a"], topic, 1)[0]
+    assert 0 < lso < hw
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+
+    e = by_partition(r.json, topic)[0]
+    if _resumable(clusters):
+        assert r.code == 0, r.stdout + r.stderr
+        assert e["status"] == "synced" and e["local_end_after"] == hw >= lso, e
+        assert len(e["open_transactions"]) == 2, e
+    else:
+        assert r.code == 4, r.stdout + r.stderr
+        assert e["status"] == "behind" and e["local_end_after"] == 0 < e["target_end"], e
+        assert e["reason"].count("producer ") >= 2, e
+    for w in writers:
+        w.send(topic, records(2, seed=7)).commit()
+    end = _source_end(clusters, topic)
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+    assert r.code == 0, r.stdout + r.stderr
     assert by_partition(r.json, topic)[0]["local_end_after"] == end
+    _assert_mirrored(clusters, topic)
+
+
+@pytest.mark.kafka_only
+def test_an_old_transaction_still_open_in_the_source_holds_the_copy_back(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """A source transaction that has been open for longer than the local coordinator keeps one
+    (a hanging or two-phase-commit transaction, its records two days old) is not streamed: the
+    local transaction would be aborted before the source ends it. The copy stops right before
+    it and the partition is behind (exit 4); a transaction that old that the source has ended
+    (below its last stable offset) is streamed as usual."""
+    _source_topic(clusters, topic)
+    a = clusters.bootstrap("a")
+    old = int(time.time() * 1000) - 2 * 86_400_000
+    dated = [Rec(r.key, r.value, r.headers, old) for r in records(3, seed=2)]
+    ended = _txn(clusters, "a", f"{topic}-ended")
+    ended.begin().send(topic, dated).commit()  # 0..2 and its marker at 3
+    hanging = _txn(clusters, "a", f"{topic}-hanging")
+    hanging.begin().send(topic, dated)  # from offset 4
+    produce(a, topic, records(5, seed=3), partition=0)
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+
+    assert r.code == 4, r.stdout + r.stderr
+    e = by_partition(r.json, topic)[0]
+    assert e["status"] == "behind" and e["local_end_after"] == 4, e
+    assert "from offset 4" in e["reason"] and "--transaction-timeout" in e["reason"], e
+    planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
+    stop = check_plan(planned.json)[(topic, 0)]["scan"]["stop"]
+    assert (stop["offset"], stop["refused"]) == (4, False), stop
+    hanging.commit()
+    end = _source_end(clusters, topic)
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+    assert r.code == 0 and by_partition(r.json, topic)[0]["local_end_after"] == end, r.stdout
     _assert_mirrored(clusters, topic)
 
 
@@ -391,22 +505,24 @@ def test_a_killed_replay_not_resumed_in_time_is_reported_where_it_diverges(
 def test_a_follower_waits_for_the_marker_of_an_open_transaction(
     clusters: Clusters, topic: str, tmp_path: Path
 ) -> None:
-    """Follow mode copies up to the open transaction, then waits for source data past what it
-    held back (not at its local end, where the held batches would wake it again at once), and
-    copies the rest once the source commits."""
+    """Follow mode copies the open transaction's batches where the local cluster can carry it
+    open (Kafka), or up to it elsewhere, then waits for source data past what it copied or held
+    back (where held batches would wake it again at once), and copies the rest once the source
+    commits."""
     from tests.integration.test_follow import Follower, _wait
 
     _source_topic(clusters, topic)
     a = clusters.bootstrap("a")
     produce(a, topic, records(10, seed=1), partition=0)
     t1 = _txn(clusters, "a", f"{topic}-t1")
-    t1.begin().send(topic, records(3, seed=2))
+    t1.begin().send(topic, records(3, seed=2, base_timestamp_ms=None))  # begun now
     produce(a, topic, records(5, seed=3), partition=0)
+    reached = ends(clusters["a"], topic, 1)[0] if _resumable(clusters) else 10
     f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY)
     local = clusters["local"]
     try:
-        _wait("the copy up to the open transaction", lambda: ends(local, topic, 1)[0] == 10, 60,
-              f.stderr)  # fmt: skip
+        _wait("the copy up to or through the open transaction",
+              lambda: ends(local, topic, 1)[0] == reached, 60, f.stderr)  # fmt: skip
         time.sleep(1.0)  # its round has ended
         before = sum(clusters.proxy.requests.values())
         time.sleep(2.0)
@@ -414,12 +530,49 @@ def test_a_follower_waits_for_the_marker_of_an_open_transaction(
         # Group heartbeats only; a follower woken by its own held batches ran a round (local
         # bounds, boundary reads) after every one, hundreds in 2 s.
         assert idle < 40, (idle, dict(clusters.proxy.requests))
-        assert ends(local, topic, 1)[0] == 10
+        assert ends(local, topic, 1)[0] == reached
         t1.send(topic, records(2, seed=4)).commit()
         end = _source_end(clusters, topic)
         _wait("the rest after the commit", lambda: ends(local, topic, 1)[0] == end, 60, f.stderr)
     finally:
         f.stop()
+    _assert_mirrored(clusters, topic)
+
+
+@pytest.mark.kafka_only
+def test_a_follower_streams_continuously_overlapping_exactly_once_writers(
+    clusters: Clusters, topic: str, tmp_path: Path
+) -> None:
+    """Two writers that always keep a transaction open: the follower replays each as it goes
+    (no point ever has every transaction ended) and keeps within seconds of the source's last
+    stable offset; when they stop, the mirror is identical at both isolation levels."""
+    from partsync.io.cluster import Cluster
+    from tests.integration.test_follow import Follower, _wait
+
+    _source_topic(clusters, topic)
+    writers = [_txn(clusters, "a", f"{topic}-w{n}") for n in (1, 2)]
+    for w in writers:
+        w.begin().send(topic, records(1, seed=1, base_timestamp_ms=None))
+    f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY)
+    local = clusters["local"]
+    lags: list[float] = []
+    try:
+        with Cluster(cluster_ref(clusters["a"], "a")) as src:
+            for burst in range(4):
+                _overlap(writers, topic, 10, seed=1000 * burst)
+                lso = src.last_stable_offset(topic, 0)
+                started = time.monotonic()
+                _wait(f"the follower past the source's LSO {lso} (burst {burst})",
+                      lambda lso=lso: ends(local, topic, 1)[0] >= lso, 30, f.stderr)  # type: ignore[misc]  # fmt: skip
+                lags.append(time.monotonic() - started)
+        for w in writers:
+            w.send(topic, records(1, seed=9)).commit()
+        end = _source_end(clusters, topic)
+        _wait("the follower at the source's end", lambda: ends(local, topic, 1)[0] == end, 60,
+              f.stderr)  # fmt: skip
+    finally:
+        f.stop()
+    assert max(lags) < 30, lags
     _assert_mirrored(clusters, topic)
 
 

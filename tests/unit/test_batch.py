@@ -55,9 +55,10 @@ def build(
     transactional: bool = False,
     leader_epoch: int = 0,
     value_size: int = 40,
+    timestamp: int = TS,
 ) -> bytes:
     """A v2 batch of ``n`` records (offset deltas ``offsets``, default 0..n-1) stored at
-    ``base_offset``, as a broker would return it."""
+    ``base_offset``, as a broker would return it; record i is stamped ``timestamp`` + 10 i."""
     pid, epoch, seq = producer
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -72,7 +73,9 @@ def build(
         key = None if i % 3 == 2 else b"key-%d" % i
         value = None if i % 4 == 3 else (b"value-%d " % i) * (value_size // 8)
         headers = [("h", b"v%d" % i), ("empty", b"")]
-        assert builder.append(delta, timestamp=TS + 10 * i, key=key, value=value, headers=headers)
+        assert builder.append(
+            delta, timestamp=timestamp + 10 * i, key=key, value=value, headers=headers
+        )
     data = bytearray(builder.build())
     struct.pack_into(">q", data, 0, base_offset)
     struct.pack_into(">i", data, 12, leader_epoch)  # not CRC-covered: no CRC fix-up needed

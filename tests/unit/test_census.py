@@ -1,6 +1,6 @@
 """The census ``plan --scan`` takes of a range (plan.census), following the batches as a sync
 would append them: holes between and inside batches, transactions and their markers, where a
-replay stops (its last quiet point) and where a sync with given options refuses."""
+replay stops (before a transaction it holds) and where a sync with given options refuses."""
 
 from __future__ import annotations
 
@@ -111,8 +111,36 @@ def test_a_transaction_without_its_marker_stops_a_replay_at_the_last_quiet_point
                       end=12)  # fmt: skip
     # 7's transaction ended at 5; 9's from 6 is still open at the end: quiet at 6.
     assert stop is not None and (stop.offset, stop.refused) == (6, False), stop
-    assert "producer ids 9" in stop.reason and "up to offset 6" in stop.reason
+    assert "producer 9 from offset 6" in stop.reason and "up to offset 6" in stop.reason
     assert (c.open_at_end, c.end, c.batches, c.committed) == ((9,), 6, 3, 1)
+
+
+def _overlapping(pairs: int) -> list[Batch]:
+    """Two exactly-once writers: each commits and at once begins its next transaction while
+    the other's is open, so no offset has every transaction ended; the last of each open."""
+    out: list[Batch] = [_txn(0, pid=1), _txn(2, pid=2)]
+    at = 4
+    for _ in range(pairs):
+        for pid in (1, 2):
+            out += [marker(COMMIT, offset=at, producer=(pid, 0)), _txn(at + 1, pid=pid)]
+            at += 3
+    return out
+
+
+def test_streamed_transactions_are_copied_to_the_end_and_left_open() -> None:
+    batches = _overlapping(40)
+    end = batches[-1].next_offset
+    # Held (a local that cannot resume): never a point where all have ended.
+    c, stop = _census(0, *batches, end=end)
+    assert stop is not None and (stop.offset, stop.refused, c.end, c.batches) == (0, False, 0, 0)
+    # Streamed: everything, the newest transaction of each writer left open.
+    c, stop = _census(0, *batches, end=end, hold=lambda b: False)
+    assert (stop, c.end, c.batches, c.committed, c.open_at_end) == (None, end, 162, 80, (1, 2))
+    # One old transaction still open in the source is held from its first batch on.
+    last = batches[-1].base_offset  # producer 2's, never ended
+    c, stop = _census(0, *batches, end=end, hold=lambda b: b.base_offset in (8, last))
+    assert stop is not None and (stop.offset, stop.refused, c.end) == (last, False, last), stop
+    assert f"producer 2 from offset {last}" in stop.reason  # 8's ended at 13: it went on
 
 
 def test_counts_stop_where_a_replay_stops() -> None:
@@ -137,9 +165,14 @@ def test_a_replay_holds_at_most_max_in_flight_bytes_of_open_transactions() -> No
     # The first hold beyond it, named by the earliest transaction still open.
     batches = (_txn(0, pid=1), _txn(2, pid=2), marker(COMMIT, offset=4, producer=(1, 0)),
                _data(5, 40, value_size=400))  # fmt: skip
-    stop = _census(0, *batches, end=45, max_held_bytes=3 * size)[1]
-    _refused_at(stop, 2, "--max-in-flight-bytes")
-    _refused_at(_census(0, *batches, end=45, max_held_bytes=size - 1)[1], 0, "from offset 0")
+    # Not a refusal (nothing wrong was written): the sync stops before the hold, behind.
+    c, stop = _census(0, *batches, end=45, max_held_bytes=3 * size)
+    assert stop is not None and (stop.offset, stop.refused, c.end) == (0, False, 0), stop
+    assert "--max-in-flight-bytes" in stop.reason and "producer 2 from offset 2" in stop.reason
+    stop = _census(0, *batches, end=45, max_held_bytes=size - 1)[1]
+    assert stop is not None and "producer 1 from offset 0" in stop.reason, stop
+    # Streamed transactions are never held.
+    assert _census(0, *batches, end=45, max_held_bytes=size - 1, hold=lambda b: False)[1] is None
 
 
 def test_an_empty_control_batch_is_refused_not_a_scan_error() -> None:
@@ -153,10 +186,12 @@ def test_a_mirror_started_at_the_sources_log_start() -> None:
     # Fillers, not holes, lead up to the first batch.
     c, stop = _census(0, _data(105), end=108, **boot)
     assert (c.holes, c.batches, c.end, stop) == (0, 1, 108, None)
-    # The batch holding the log start is copied whole, its transaction ended or not.
-    c, stop = _census(0, _txn(99, pid=4, n=3), marker(COMMIT, offset=102, producer=(4, 0)),
-                      end=103, **boot)  # fmt: skip
-    _refused_at(stop, 99, "would start inside a transaction")
+    # The batch holding the log start is copied whole, inside its transaction: a mirror of a
+    # topic purged mid-transaction (Kafka Streams' repartition topics) starts, held or not.
+    for hold in (None, lambda b: False):
+        c, stop = _census(0, _txn(99, pid=4, n=3), marker(COMMIT, offset=102, producer=(4, 0)),
+                          end=103, **boot | {"hold": hold})  # fmt: skip
+        assert (c.batches, c.committed, c.end, stop) == (2, 1, 103, None)
     c, stop = _census(0, _data(99), _data(102), end=105, **boot)
     assert (c.batches, stop) == (2, None)
     # A compacted local topic cannot take the fillers.
