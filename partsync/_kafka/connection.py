@@ -37,6 +37,8 @@ from kafka.protocol.admin.transactions import (
     DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.group import (
@@ -122,9 +124,12 @@ _PREFERRED = {
     # (transaction version 1): partitions are added explicitly, the epoch stays across commits.
     "AddPartitionsToTxn": (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
     "EndTxn": (EndTxnRequest, EndTxnResponse, 0, 4),
-    # A replay's transactions a killed run left open, resumed rather than aborted (KIP-664).
+    # A replay's transactions a run left open, resumed rather than aborted (KIP-664). Only
+    # asked of a broker that offers all three of KIP-664's APIs (``Cluster
+    # .can_resume_transactions``): ListTransactions is never sent, its offer is the sign.
     "DescribeProducers": (DescribeProducersRequest, DescribeProducersResponse, 0, 0),
     "DescribeTransactions": (DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
+    "ListTransactions": (ListTransactionsRequest, ListTransactionsResponse, 0, 0),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
     # Growing a local topic when its sources gained partitions.

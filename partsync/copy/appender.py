@@ -124,7 +124,7 @@ def append_in_order(
                         # The mirror starts at the sources' log start: fill up to this batch,
                         # then move the local log start past the fillers, before the first
                         # copied batch.
-                        expected = _fill(ctx, sender, expected, b.base_offset)
+                        expected = _fill(ctx, sender, expected, b)
                     elif ctx.opts.fill_holes and b.base_offset > expected:
                         expected = _fill_holes(ctx, replay or sender, expected, b.base_offset,
                                                source, gap_stamp(last, b))  # fmt: skip
@@ -386,10 +386,12 @@ class Sender:
             self._wait(lambda: not self._in_flight)
 
 
-def _fill(ctx: CopyContext, sender: Sender, start: int, to: int) -> int:
-    """Append filler batches over ``[start, to)`` (one in flight, each verified like a copied
-    batch), wait until the last is confirmed, then DeleteRecords up to ``to``. Returns the new
-    expected offset."""
+def _fill(ctx: CopyContext, sender: Sender, start: int, first: Batch) -> int:
+    """Append filler batches over ``[start, first.base_offset)`` (one in flight, each verified
+    like a copied batch; stamped so that no time lookup finds them,
+    ``LocalTopicRules.filler_stamp``), wait until the last is confirmed, then DeleteRecords up
+    to there. Returns the new expected offset."""
+    to = first.base_offset
     if ctx.rules.compacted:
         raise UnsafeError(
             f"starting the mirror at offset {to} needs filler records up to it, which a "
@@ -401,9 +403,10 @@ def _fill(ctx: CopyContext, sender: Sender, start: int, to: int) -> int:
     # Before writing anything: the fillers must be deletable.
     ctx.local.check_delete_records(ctx.topic, ctx.partition, start, to)
     expected = start
+    stamp = ctx.rules.filler_stamp(first, int(time.time() * 1000))
     while expected < to:
         n = min(ctx.opts.filler_records, to - expected)
-        batch = Batch.parse(memoryview(filler_batch(n, int(time.time() * 1000))))
+        batch = Batch.parse(memoryview(filler_batch(n, stamp)))
         sender.send(batch, ctx.local.name, at=expected, filler=True)
         expected += n
     sender.wait_confirmed()

@@ -9,6 +9,7 @@ from partsync._kafka import TxnState
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, PartsyncError
 from partsync.io.cluster import Cluster
+from partsync.io.reader import read_batches
 
 __all__ = [
     "AT_END",
@@ -130,6 +131,8 @@ def take_up_slots(
     the copy plans from. Otherwise (nothing open, or a local cluster that cannot tell: no
     DescribeTransactions, KIP-664) the slots are fenced when the copy begins its first
     transaction: most topics have none."""
+    if not local.can_resume_transactions():
+        return  # fenced (a slot left open aborted) when the copy begins its first transaction
     tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
     deadline = time.monotonic() + wait
     while True:
@@ -162,7 +165,7 @@ def fence_slots(
     """Give ``session`` the partition's transaction slots: each one's transaction an earlier
     run left open is taken up (``_left_open``, into ``session.open_txns``), every other slot's
     id is initialised, which fences whoever held it."""
-    if states is None:
+    if states is None and local.can_resume_transactions():
         states = local.describe_transactions([slot_id(topic, partition, n)
                                               for n in range(TXN_SLOTS)])  # fmt: skip
     left_open = _left_open(local, topic, partition, states)
@@ -186,6 +189,8 @@ def _left_open(
     marker would land at the local log end, where the source holds the rest of the
     transaction: it is resumed instead (``txn_replay``). Empty where the local cluster cannot
     tell (no DescribeTransactions or DescribeProducers, KIP-664)."""
+    if not local.can_resume_transactions():
+        return {}
     tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
     if states is None:
         states = local.describe_transactions(tids)
@@ -202,8 +207,11 @@ def _left_open(
         if st is None:
             continue
         p = known.get(st.producer_id)
+        found = _in_log(local, topic, partition, st) if p is None and not producers else None
         if p is not None and p.epoch == st.epoch and p.txn_start >= 0:
             out[n] = ((st.producer_id, st.epoch), (p.last_sequence + 1) & 0x7FFFFFFF, p.txn_start)
+        elif found is not None:
+            out[n] = ((st.producer_id, st.epoch), found[1], found[0])
         else:
             # Open, with the partition added but none of its data appended yet (a run killed
             # between AddPartitionsToTxn and its first append or EndTxn): it replays the
@@ -211,6 +219,30 @@ def _left_open(
             seq = (p.last_sequence + 1) & 0x7FFFFFFF if p is not None and p.epoch == st.epoch else 0
             out[n] = ((st.producer_id, st.epoch), seq, AT_END)
     return out
+
+
+def _in_log(local: Cluster, topic: str, partition: int, st: TxnState) -> tuple[int, int] | None:
+    """(first offset, next sequence) of the open transaction ``st`` read from the local log
+    itself, between its last stable offset (where the earliest open transaction begins) and
+    its end: for a broker that offers DescribeProducers but lists no producers (noida-db).
+    None if the producer appended nothing there (begun, nothing appended)."""
+    lso = local.last_stable_offset(topic, partition)
+    _b, leo = local.bounds_and_log_ends(topic, [partition])[partition]
+    first: int | None = None
+    sequence = 0
+    conn = local.connect_leader(topic, partition)
+    try:
+        for b in read_batches(conn, local.name, topic, partition, lso, leo, fetch_bytes=1 << 20):
+            if (b.producer_id, b.producer_epoch) != (st.producer_id, st.epoch):
+                continue
+            if b.is_control:
+                first = None  # it ended an earlier transaction of the slot
+            elif b.is_transactional:
+                first = b.base_offset if first is None else first
+                sequence = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+    finally:
+        local.release(conn)
+    return None if first is None else (first, sequence)
 
 
 def renew_producer(

@@ -51,6 +51,8 @@ from partsync.retry import Backoff
 
 __all__ = ["Cluster", "TopicInfo"]
 
+_KIP_664 = ("DescribeTransactions", "DescribeProducers", "ListTransactions")
+
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _K = TypeVar("_K", bound=Hashable)
@@ -868,10 +870,11 @@ class Cluster:
 
     def can_resume_transactions(self) -> bool:
         """Whether a run can find and resume a transaction an earlier run left open in a
-        partition (DescribeTransactions and DescribeProducers, KIP-664: Kafka 3.0+)."""
-        return self._bootstrap_call(
-            lambda c: c.supports("DescribeTransactions") and c.supports("DescribeProducers")
-        )
+        partition: the cluster offers all of KIP-664 (DescribeTransactions, DescribeProducers
+        and ListTransactions: Kafka 3.0+). A broker that offers only part of it may not keep
+        the producer state resuming needs (noida-db answers DescribeProducers with no
+        producers, even with a transaction open)."""
+        return self._bootstrap_call(lambda c: all(c.supports(api) for api in _KIP_664))
 
     def bounds_and_log_ends(
         self, topic: str, partitions: list[int]

@@ -82,6 +82,24 @@ class LocalTopicRules:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return now - batch.max_timestamp > self.retention_ms
 
+    def filler_stamp(self, first: Batch, now_ms: int) -> int:
+        """The CreateTime of the filler records that bring an empty mirror to the sources' log
+        start (``first``: the first batch copied after them).
+
+        Kafka answers a time lookup (ListOffsets by timestamp, ``UnifiedLog
+        .fetchOffsetByTimestamp``) from the FIRST segment whose largest timestamp is at or
+        after the time asked, searched from the log start: a segment of fillers stamped now
+        (deleted below the log start, but kept until retention drops the whole segment)
+        captured every earlier time and answered nothing, and held time retention back. So
+        fillers are stamped as old as the local topic accepts: 0 where
+        message.timestamp.before.max.ms is unlimited (Kafka's default), else a minute inside
+        that limit, and never after ``first``'s first record."""
+        before = self.timestamp_before_max_ms
+        if before is None:
+            return 0
+        oldest = max(0, now_ms - before + 60_000)
+        return min(oldest, first.base_timestamp) if first.base_timestamp >= 0 else oldest
+
     def check(
         self, batch: Batch, now_ms: int | None = None, reserved_key: bytes | None = None
     ) -> None:

@@ -201,19 +201,20 @@ def _local_findings(
 
 
 def _replay_finding(cluster: Cluster) -> Finding:
-    """Whether a replay of transactions (sync's default with fencing) that is killed in the
-    middle of one can be resumed by the next run: that needs the local cluster to describe
-    transactions and producers (KIP-664, Kafka 3.0+)."""
-    need = "DescribeTransactions, DescribeProducers"
-    offered = cluster.ask(lambda c: c.supports("DescribeTransactions")
-                          and c.supports("DescribeProducers"))  # fmt: skip
-    if offered:
+    """Whether a replay of transactions (sync's default with fencing) can leave a local
+    transaction open for the next run to resume (a source transaction without its marker yet,
+    or a run killed in the middle of one): that needs the local cluster to offer KIP-664
+    (Kafka 3.0+)."""
+    need = "DescribeTransactions, DescribeProducers, ListTransactions"
+    if cluster.can_resume_transactions():
         return Finding("cluster", need, Verdict.OK,
-                       "a replay of transactions killed mid-transaction is resumed by the next "
-                       "run (KIP-664)")  # fmt: skip
+                       "a source transaction still open at the end of a run, or a run killed "
+                       "mid-transaction, is resumed by the next run (KIP-664)")  # fmt: skip
     return Finding("cluster", need, Verdict.WARNING,
-                   "not offered (Kafka < 3.0?): a run killed while replaying a transaction "
-                   "leaves it to be aborted, and the partition then diverges there; sync with "
+                   "not all offered (Kafka < 3.0?): a replay holds each source transaction back "
+                   "until its marker, so a topic whose transactions overlap (exactly-once "
+                   "writers) stays behind, and a run killed while replaying a transaction leaves "
+                   "it to be aborted, where the partition then diverges; sync with "
                    "--transactions refuse to copy no transactions")  # fmt: skip
 
 

@@ -4,8 +4,9 @@ where a mirror must start. Pure byte layer.
 Kafka gives a client no way to choose the first offset of a partition: appends start at its log
 end. A mirror of a source whose log start is N > 0 therefore first appends N filler records and
 then moves its own log start past them with DeleteRecords, so no consumer reads one after the
-run. Each filler batch holds many records without key, value or headers, timestamped now (inside
-any topic's timestamp limits), zstd-compressed: the broker validates every record, so records
+run. Each filler batch holds many records without key, value or headers, timestamped as old as
+the local topic accepts (so no time lookup stops at them: ``LocalTopicRules.filler_stamp``),
+zstd-compressed: the broker validates every record, so records
 are as small as the format allows (8-11 bytes each before compression). The first record of
 every filler batch carries the header ``partsync-filler``, so a run killed while filling can
 tell its own fillers from data and go on.

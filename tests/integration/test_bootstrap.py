@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from partsync.demo.brokers import Broker
-from partsync.demo.data import assert_partitions_identical, create_topic, produce
+from partsync.demo.data import (
+    UNLIMITED_RETENTION,
+    assert_partitions_identical,
+    create_topic,
+    produce,
+)
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
     Clusters,
@@ -212,6 +217,49 @@ def test_the_local_log_start_follows_the_sources_into_the_first_batch(
     assert any(f"log start moved from 0 to {start}" in n for n in e["notes"]), e
     assert bounds(clusters["local"], topic, 1)[0].log_start == start
     assert_partitions_identical(b.bootstrap, local, topic, 1)
+
+
+@pytest.mark.kafka_only
+def test_time_lookups_on_a_mirror_started_at_the_log_start_answer_as_the_sources(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Kafka answers ListOffsets(timestamp) from the first segment whose largest timestamp is
+    at or after the time asked (UnifiedLog.fetchOffsetByTimestamp). Fillers stamped with the
+    time of the run made the mirror's first segment (fillers, then the first copied records)
+    capture every earlier time, and answer nothing where its records are all older: a source
+    with 10-day-old records over 1 MiB segments answered 3300, 3500, 4500, 5990, the mirror
+    None for all four. Fillers are now stamped as old as the topic accepts."""
+    from partsync._kafka import Connection
+
+    b = clusters["b"]
+    segments = {**UNLIMITED_RETENTION, "segment.bytes": str(1 << 20)}
+    create_topic(b.bootstrap, topic, 1, segments)
+    create_topic(clusters.bootstrap("local"), topic, 1, segments)
+    base = int(time.time() * 1000) - 10 * 86_400_000
+    produce(b.bootstrap, topic, records(6000, seed=1, base_timestamp_ms=base, value_size=600),
+            partition=0, batch_size=16384)  # fmt: skip
+    delete_records(b.bootstrap, topic, 0, 2000)
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert any("filler records" in n for n in by_partition(r.json, topic)[0]["notes"])
+    # Times whose answer lies past the source's first segments, which its log start cut (they
+    # go at the next retention check, and answer nothing for earlier times until then).
+    times = [base + k for k in (2500, 3300, 3500, 4500, 5990, 7000)]
+
+    def lookups(broker: Broker) -> list[int]:
+        with Connection(broker.host, broker.port, cluster=broker.kind) as conn:
+            out = []
+            for t in times:
+                code, offset = conn.list_offsets(topic, [0], t)[0]
+                assert code == 0, (t, code)
+                out.append(offset)
+            return out
+
+    want = lookups(b)
+    assert want == [2500, 3300, 3500, 4500, 5990, -1], want
+    assert lookups(clusters["local"]) == want
 
 
 def test_a_local_cluster_without_delete_records_is_refused_before_writing(

@@ -340,11 +340,12 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str, broker_m
     for t in doc["topics"]:
         assert set(t) == {"topic", "partitions", "warnings", "unreachable"}
         for p in t["partitions"]:
-            # "holes_filled" and "batches_reencoded" came with issue 17 (--compaction-holes).
+            # "holes_filled" and "batches_reencoded" came with issue 17 (--compaction-holes),
+            # "open_transactions" with issue 36 (transactions left open for the next run).
             assert set(p) == {
                 "partition", "status", "local_end_before", "local_end_after", "target_end",
                 "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
-                "seconds", "holes_filled", "batches_reencoded",
+                "seconds", "holes_filled", "batches_reencoded", "open_transactions",
             }  # fmt: skip
     entries = check_report(doc)
     assert {k: e["status"] for k, e in entries.items()} == {

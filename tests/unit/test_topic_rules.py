@@ -168,3 +168,21 @@ def test_no_record_may_use_the_hole_records_key_in_a_compacted_local_topic() -> 
     from partsync.wire.batch import Batch
 
     rules.check(Batch.parse(memoryview(filled)), reserved_key=b"gap")
+
+
+@pytest.mark.parametrize(
+    ("before_max_ms", "first_ts", "stamp"),
+    [
+        (None, 5_000_000, 0),  # unlimited (Kafka's default): as old as a timestamp can be
+        (1_000_000, 9_500_000, 9_060_000),  # a minute inside the limit
+        (1_000_000, 9_010_000, 9_010_000),  # never after the first copied record
+        (100_000_000, 5_000_000, 0),  # a limit reaching before 1970
+        (1_000_000, -1, 9_060_000),  # a first batch without timestamps
+    ],
+)  # fmt: skip
+def test_fillers_are_stamped_as_old_as_the_local_topic_accepts(
+    before_max_ms: int | None, first_ts: int, stamp: int
+) -> None:
+    first = parse(build(2, base_offset=100, timestamp=first_ts))
+    rules = LocalTopicRules(timestamp_before_max_ms=before_max_ms)
+    assert rules.filler_stamp(first, now_ms=10_000_000) == stamp
