@@ -1,13 +1,17 @@
 """How fast an empty local partition is brought to its source's log start (filler records).
 
     python scripts/bench_fill.py [--broker kafka|noida] [--kafka-version 4.1.1] [--log-start N]
+                                 [--filler-records N] [--segment-bytes N]
 
 Two brokers of one kind play source and local. The source partition is given log start
 ``--log-start`` (filler batches produced to it, then DeleteRecords) and 1,000 real records;
 ``partsync sync`` then copies it into an empty local topic, which it must first fill up to the
 log start. Prints the run's wall time and the fill rate in offsets per second, and checks that
 the local log starts exactly where the source's does. The broker validates every filler record,
-so its CPU sets the rate.
+so its CPU sets the rate. Also prints the most the local partition held on disk while the sync
+ran (polled every 0.1 s): fillers are deleted as they go, so that stays bounded by what is
+appended between two DeleteRecords and one retention check of the broker (the test launcher
+sets log.retention.check.interval.ms to 1 s; Kafka's default is 5 minutes).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,12 +36,49 @@ from tests.integration.sync_support import bounds, delete_records
 TOPIC = "fill"
 
 
-def _start(kind: str, version: str) -> Broker:
+def _start(kind: str, version: str, data_dir: Path) -> Broker:
     if kind == "noida":
-        return start_noida(Path(tempfile.mkdtemp(prefix="fill-")))
+        return start_noida(data_dir)
     from tests.support.brokers import start_kafka_jvm
 
-    return start_kafka_jvm(version, Path(tempfile.mkdtemp(prefix="fill-")))
+    return start_kafka_jvm(version, data_dir)
+
+
+def _disk(data_dir: Path) -> tuple[int, int]:
+    """Bytes on disk (allocated blocks: Kafka's index files are sparse) of the topic's
+    partition directories under ``data_dir``: in live segments, and in all files, those the
+    broker already deleted (renamed ``*.deleted``, removed file.delete.delay.ms later, 60 s by
+    default) included."""
+    live = total = 0
+    for part in data_dir.rglob(f"{TOPIC}-0"):
+        for f in part.iterdir():
+            n = f.stat().st_blocks * 512
+            total += n
+            live += 0 if f.name.endswith(".deleted") else n
+    return live, total
+
+
+class _PeakDisk:
+    """The largest ``_disk`` seen, polled every 0.1 s while the sync runs."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir, self.peak = data_dir, (0, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                live, total = _disk(self.data_dir)
+            except OSError:
+                continue  # a segment deleted while it was looked at
+            self.peak = (max(self.peak[0], live), max(self.peak[1], total))
+
+    def stop(self) -> tuple[int, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 def _advance(broker: Broker, to: int, per_batch: int) -> None:
@@ -58,11 +100,17 @@ def main() -> int:
     ap.add_argument("--kafka-version", default="4.1.1")
     ap.add_argument("--log-start", type=int, default=50_000_000)
     ap.add_argument("--filler-records", type=int, default=500_000)
+    ap.add_argument("--segment-bytes", type=int, default=None,
+                    help="segment.bytes of the local topic (a segment is freed only once it is "
+                         "wholly below the log start, and never while it is the active one)")  # fmt: skip
     args = ap.parse_args()
-    src, dst = _start(args.broker, args.kafka_version), _start(args.broker, args.kafka_version)
+    dst_dir = Path(tempfile.mkdtemp(prefix="fill-local-"))
+    src = _start(args.broker, args.kafka_version, Path(tempfile.mkdtemp(prefix="fill-")))
+    dst = _start(args.broker, args.kafka_version, dst_dir)
     try:
-        for b in (src, dst):
-            create_topic(b.bootstrap, TOPIC, 1)
+        create_topic(src.bootstrap, TOPIC, 1)
+        segments = {} if args.segment_bytes is None else {"segment.bytes": str(args.segment_bytes)}
+        create_topic(dst.bootstrap, TOPIC, 1, segments)
         t0 = time.monotonic()
         _advance(src, args.log_start, args.filler_records)
         print(f"source log start {args.log_start:,} made in {time.monotonic() - t0:.1f} s",
@@ -72,8 +120,10 @@ def main() -> int:
         argv = [sys.executable, "-m", "partsync", "sync", "--topic", TOPIC, "--sources",
                 src.bootstrap, "--local", dst.bootstrap, "--no-group", "--json",
                 "--filler-records", str(args.filler_records)]  # fmt: skip
+        disk = _PeakDisk(dst_dir)
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         wall = time.monotonic() - t0
+        peak = disk.stop()
         doc = json.loads(done.stdout)
         if done.returncode != 0:
             print(json.dumps(doc, indent=1)[:3000], done.stderr[-2000:])
@@ -83,7 +133,9 @@ def main() -> int:
         assert_partitions_identical(src.bootstrap, dst.bootstrap, TOPIC, 1)
         print(f"{args.broker}: sync with a fill of {args.log_start:,} offsets took {wall:.1f} s: "
               f"{args.log_start / wall / 1e6:.1f} M offsets/s; local log {got.log_start}.."
-              f"{got.end} = source's; identical")  # fmt: skip
+              f"{got.end} = source's; identical; the local partition's live segments held "
+              f"at most {peak[0] / 1e6:.1f} MB during the run, its files {peak[1] / 1e6:.1f} MB "
+              "(deleted segments wait file.delete.delay.ms before they go)")  # fmt: skip
     finally:
         src.stop()
         dst.stop()

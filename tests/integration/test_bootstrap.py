@@ -160,6 +160,31 @@ def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, to
     assert_partitions_identical(b.bootstrap, local, topic, 1)
 
 
+def test_fillers_are_deleted_as_they_go(clusters: Clusters, psync: Run, topic: str) -> None:
+    """Fillers held about 0.8 bytes per offset until the fill ended (a log start of 10^11:
+    ~80 GB per replica for hours). Every 32 filler batches the local log start is moved up to
+    the last one, so the broker frees their segments at its next retention check: 100 batches
+    of 3 records take 3 DeleteRecords before the final one."""
+    b, local = clusters["b"], clusters.bootstrap("local")
+    if b.kind == "tansu":
+        pytest.skip("source b is Tansu, which has no DeleteRecords")
+    create_topic(b.bootstrap, topic, 1)
+    create_topic(local, topic, 1)
+    produce(b.bootstrap, topic, records(300, seed=3), partition=0)
+    produce(b.bootstrap, topic, records(10, seed=4), partition=0)
+    delete_records(b.bootstrap, topic, 0, 300)
+    assert fetch_batches(b, topic, 0, 300)[0].base_offset == 300  # fillers up to it
+    deletes = clusters.proxy.requests["DeleteRecords"]
+
+    r = psync("sync", "--topic", topic, "--sources", "b", "--json", "--filler-records", "3")
+
+    assert r.code == 0, r.stdout + r.stderr
+    # The check that the local cluster can delete, 3 as the fill goes, the last one.
+    assert clusters.proxy.requests["DeleteRecords"] - deletes == 1 + 3 + 1
+    assert bounds(clusters["local"], topic, 1)[0] == bounds(b, topic, 1)[0]
+    assert_partitions_identical(b.bootstrap, local, topic, 1)
+
+
 def test_a_start_killed_while_copying_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
     """SIGKILL while the records after the fill are being copied (the copy throttled so the kill
     lands in it): the local log already starts exactly at the source's log start, inside the

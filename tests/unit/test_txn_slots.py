@@ -22,10 +22,19 @@ from partsync.copy.producer import (
 class FakeLocal:
     name = "local"
 
-    def __init__(self, states: list[dict[int, TxnState]], producers: list[ActiveProducer]) -> None:
+    def __init__(
+        self,
+        states: list[dict[int, TxnState]],
+        producers: list[ActiveProducer],
+        resumable: bool = True,
+    ) -> None:
         self.states = states  # answered in turn (the last one from then on)
         self.producers = producers
+        self.resumable = resumable
         self.initialised: list[str] = []
+
+    def can_resume_transactions(self) -> bool:
+        return self.resumable
 
     def describe_transactions(self, tids: list[str]) -> dict[str, TxnState] | None:
         now = self.states.pop(0) if len(self.states) > 1 else self.states[0]
@@ -84,3 +93,16 @@ def test_fencing_the_slots_later_initialises_all_of_them() -> None:
     fence_slots(local, "t", 3, session)  # type: ignore[arg-type]
     assert sorted(session.slots) == list(range(TXN_SLOTS)) and session.open_txns == {}
     assert local.initialised == [f"partsync:t:3:txn{n}" for n in range(TXN_SLOTS)]
+
+
+def test_a_cluster_that_cannot_resume_is_not_asked_and_its_slots_are_initialised() -> None:
+    """Without all of KIP-664 an open slot cannot be taken up (its first offset and sequence
+    are unknown): the fence leaves the slots for the first transaction, which initialises
+    every one (aborting what a killed run left open, as documented)."""
+    states = {2: TxnState(0, "Ongoing", 77, 3)}
+    local = FakeLocal([states], [ActiveProducer(77, 3, 9, 40)], resumable=False)
+    session = ProducerSession(1, 0)
+    take_up_slots(local, "t", 0, session)  # type: ignore[arg-type]
+    assert session.slots == {} and session.open_txns == {}
+    fence_slots(local, "t", 0, session)  # type: ignore[arg-type]
+    assert session.open_txns == {} and len(local.initialised) == TXN_SLOTS
