@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -615,6 +616,83 @@ def test_a_follower_streams_continuously_overlapping_exactly_once_writers(
     finally:
         f.stop()
     assert max(lags) < 30, lags
+    _assert_mirrored(clusters, topic)
+
+
+def _java_producer(
+    clusters: Clusters, topic: str, tid: str, transactions: int, *, abort_every: int = 4
+) -> subprocess.Popen[str]:
+    """Apache Kafka's own Java client (kafka-clients 4.1.1, ``tests/support/java``) running
+    ``transactions`` transactions of 3 records on source a, every ``abort_every``-th aborted."""
+    from tests.support.kafka_jvm import ensure_kafka
+
+    lib = ensure_kafka("4.1.1")
+    wanted = ("kafka-clients-", "slf4j-api-", "lz4-java-", "zstd-jni-", "snappy-java-")
+    cp = ":".join(str(j) for j in sorted(lib.glob("*.jar")) if j.name.startswith(wanted))
+    source = Path(__file__).resolve().parents[1] / "support" / "java" / "TxnProducer.java"
+    argv = ["java", "-cp", cp, str(source), clusters.bootstrap("a"), topic, tid,
+            str(transactions), "3", str(abort_every), "lz4"]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen[str]) -> None:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0 and out.startswith("done"), (out, err[-2000:])
+
+
+def _assert_transaction_version(clusters: Clusters, topic: str) -> None:
+    """Transactions v2 (KIP-890) on a Kafka 4 source: every commit or abort bumps the producer
+    epoch, so each marker carries an epoch one above its transaction's data; v1 (Kafka 3.9)
+    keeps it."""
+    v2 = str(getattr(clusters["a"], "version", "")).startswith("4.")
+    data: dict[int, int] = {}  # producer id -> epoch of its open transaction's data
+    checked = 0
+    for b in fetch_batches(clusters["a"], topic, 0):
+        if b.is_control:
+            # v1 adds the partition before the data is sent: an abort that dropped the data
+            # still ends it with a marker.
+            epoch = data.pop(b.producer_id, None)
+            assert epoch is not None or not v2, b.describe()
+            if epoch is not None:
+                assert b.producer_epoch == epoch + (1 if v2 else 0), b.describe()
+                checked += 1
+        elif b.is_transactional:
+            data[b.producer_id] = b.producer_epoch
+    assert checked and not data
+
+
+@pytest.mark.kafka_only
+def test_transactions_of_kafkas_own_java_client_are_replayed(
+    clusters: Clusters, psync: Run, topic: str, tmp_path: Path
+) -> None:
+    """Source data written by Kafka 4's Java producer, with transactions v2 on a Kafka 4.1
+    source (a new epoch per transaction, markers under the bumped epoch), replayed one-shot and
+    then by a follower while two such producers write at once."""
+    from tests.integration.test_follow import Follower, _wait
+
+    _source_topic(clusters, topic)
+    _finished(_java_producer(clusters, topic, f"{topic}-j1", 20))
+    _assert_transaction_version(clusters, topic)
+    end = _source_end(clusters, topic)
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert by_partition(r.json, topic)[0]["local_end_after"] == end
+    _assert_mirrored(clusters, topic)
+
+    f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY)
+    local = clusters["local"]
+    try:
+        writers = [_java_producer(clusters, topic, f"{topic}-j{n}", 15) for n in (2, 3)]
+        for w in writers:
+            _finished(w)
+        _assert_transaction_version(clusters, topic)
+        end = _source_end(clusters, topic)
+        _wait("the follower at the source's end", lambda: ends(local, topic, 1)[0] == end, 90,
+              f.stderr)  # fmt: skip
+    finally:
+        f.stop()
     _assert_mirrored(clusters, topic)
 
 
