@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["LEASE_FRACTION", "GroupListener", "Lease", "TopicPartition"]
+__all__ = ["LEASE_FRACTION", "GroupListener", "Lease", "LeasedStop", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,10 @@ class Lease:
     @property
     def span(self) -> float:
         return self._span
+
+    def expired(self) -> bool:
+        """Whether the lease has run out now (read without waiting for the watchdog)."""
+        return time.monotonic() > self._until
 
     def shorten(self, session_timeout_ms: int) -> None:
         """The coordinator may expire this member sooner than we were told: lease less."""
@@ -121,3 +125,23 @@ class Lease:
                 # be in flight, so the member must not report them released. The member's
                 # thread waits for the writers (``revoke_all(wait=True)``) and only then lets go.
                 self.listener.revoke(self.owned, wait=False)
+
+
+class LeasedStop(threading.Event):
+    """A partition's stop request that also reads as set once the member's lease has run out.
+
+    The watchdog stops the writes when the lease runs out, but only when it next runs: a
+    process that was paused (SIGSTOP, a frozen VM, swapping) past its lease resumes all its
+    threads at once, and a writer could send a Produce before the watchdog looks. Kafka's epoch
+    fencing does not cover that for data older than ``producer.id.expiration.ms`` (the leader
+    forgets the producer's epoch once the copied batches' timestamps are that old), so every
+    Produce request checks ownership itself, right before it is built (``Pipeline``'s
+    ``cancelled()``, through ``copy.appender.Sender``): no append of a partition is sent after
+    its owner's lease ran out. ``wait()`` still waits for an explicit ``set()``."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__()
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._lease.expired()

@@ -28,6 +28,7 @@ from partsync.copy.options import PARALLELISM
 from partsync.copy.producer import TXN_SLOTS, slot_id, transactional_id
 from partsync.errors import PartsyncError, UnsafeError
 from partsync.io.group import GroupMember
+from partsync.io.group_lease import LeasedStop
 from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
@@ -91,7 +92,8 @@ class _Worker:
         self.task = task
         self.after = after  # a first round that failed in ``run.small``
         self.tp: TopicPartition = task.key
-        self.stop = threading.Event()
+        member = runner.member
+        self.stop = threading.Event() if member is None else LeasedStop(member.lease)
         self.doorbell = threading.Event()
         self.finished = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"own-{self.tp[0]}-{self.tp[1]}",
@@ -262,7 +264,8 @@ class PartitionRunner:
             if self.member is None:  # no revokes: the run's stop is every partition's
                 job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop), settled)
             else:
-                job = self._small = _SmallRound(keys, {tp: threading.Event() for tp in keys},
+                lease = self.member.lease
+                job = self._small = _SmallRound(keys, {tp: LeasedStop(lease) for tp in keys},
                                                 settled)  # fmt: skip
             self._running += 1
             if self.member is not None:

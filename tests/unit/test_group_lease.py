@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from partsync.io.group_lease import Lease, TopicPartition
+from partsync.io.group_lease import Lease, LeasedStop, TopicPartition
 
 PARTS: list[TopicPartition] = [("t", 0), ("t", 1)]
 
@@ -75,3 +75,19 @@ def test_the_lease_is_never_longer_than_what_the_broker_allows() -> None:
     assert lease.span == pytest.approx(4.8)
     lease.shorten(45_000)  # a longer limit never lengthens it
     assert lease.span == pytest.approx(4.8)
+
+
+def test_a_leased_stop_reads_as_set_once_the_lease_ran_out_without_the_watchdog() -> None:
+    """A paused process resumes every thread at once: the check made right before a Produce
+    request is built must see the lease's end itself, not wait for the watchdog (not started
+    here) to stop the writers."""
+    lease, listener, _stopping = _lease(10_000)  # 8 s lease
+    stop = LeasedStop(lease)
+    assert lease.grant(PARTS, sent=time.monotonic())
+    assert not stop.is_set()
+    lease.renew(sent=time.monotonic() - 8.5)  # the last heartbeat that succeeded: 8.5 s ago
+    assert stop.is_set() and listener.revokes == []
+    lease.renew(sent=time.monotonic())
+    assert not stop.is_set()
+    stop.set()  # a revoke or a stop request
+    assert stop.is_set() and stop.wait(0)
