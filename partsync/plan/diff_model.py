@@ -112,6 +112,11 @@ class PartitionDiff:
     # With compaction_holes: per cluster, the hole records compared as holes (record level) or
     # the batches compared as filled (batch level: re-encoded or hole batches).
     holes: Mapping[str, int] = field(default_factory=dict)
+    # Per cluster after the first: the largest difference, in ms, between its transaction
+    # markers' timestamps and the first cluster's at the same offsets. Each leader stamps the
+    # markers it writes with its own clock, so a mirror's replayed markers differ: a known
+    # difference (not compared), which moves Kafka's time lookups (``offsets --to-datetime``).
+    marker_skew_ms: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +140,7 @@ class PartitionDiff:
             "bytes_read": dict(self.bytes_read),
             "seconds": round(self.seconds, 3),
             "holes": dict(self.holes),
+            "marker_time_skew_ms": dict(self.marker_skew_ms),
         }
 
 
@@ -240,11 +246,14 @@ def merge_slices(slices: Sequence[PartitionDiff]) -> PartitionDiff:
         chosen = next((d for d in ordered if d.status is DiffStatus.DIVERGENT), first)
     read: dict[str, int] = {}
     holes: dict[str, int] = {}
+    skew: dict[str, int] = {}
     for d in slices:
         for n, k in d.bytes_read.items():
             read[n] = read.get(n, 0) + k
         for n, k in d.holes.items():
             holes[n] = holes.get(n, 0) + k
+        for n, k in d.marker_skew_ms.items():
+            skew[n] = max(skew.get(n, 0), k)
     return replace(chosen, common_range=first.common_range, chunks=sum(d.chunks for d in slices),
                    bytes_read=read, seconds=sum(d.seconds for d in slices),
-                   holes=holes)  # fmt: skip
+                   holes=holes, marker_skew_ms=skew)  # fmt: skip

@@ -75,6 +75,37 @@ _OTHER_ATTRIBUTES = 0xFFC0
 # -- reading one cluster's range -------------------------------------------------------------
 
 
+class _MarkerTimes:
+    """The largest difference between each cluster's transaction-marker timestamps and the
+    reference cluster's at the same offsets, collected as the readers (each on its thread)
+    pass the markers. An offset is forgotten once every cluster has passed it, so what is kept
+    is bounded by how far the readers run apart (their prefetch)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.reference, self.names = names[0], frozenset(names)
+        self.skew: dict[str, int] = {}
+        self._seen: dict[int, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def passed(self, name: str, batches: Iterator[Batch]) -> Iterator[Batch]:
+        for b in batches:
+            if b.is_control:
+                self._add(name, b.base_offset, b.max_timestamp)
+            yield b
+
+    def _add(self, name: str, offset: int, ts: int) -> None:
+        with self._lock:
+            seen = self._seen.setdefault(offset, {})
+            seen[name] = ts
+            ref = seen.get(self.reference)
+            if ref is not None:
+                for n, t in seen.items():
+                    if n != self.reference:
+                        self.skew[n] = max(self.skew.get(n, 0), abs(t - ref))
+            if len(seen) == len(self.names):
+                del self._seen[offset]
+
+
 def _records_in(
     batches: Iterator[Batch], start: int, end: int, opts: DiffOptions, holes: list[int]
 ) -> Iterator[Record]:
@@ -96,6 +127,7 @@ def _chunk_stream(
     opts: DiffOptions,
     counter: list[int],
     holes: list[int],
+    markers: _MarkerTimes,
 ) -> Iterator[ChunkDigest]:
     """One cluster's range as chunk digests, over a dedicated connection to the leader."""
     conn = cluster.connect_leader(topic, partition)
@@ -103,6 +135,7 @@ def _chunk_stream(
         batches = read_batches(conn, cluster.name, topic, partition, start, end,
                                fetch_bytes=opts.fetch_bytes, wait_ms=opts.fetch_wait_ms,
                                counter=counter)  # fmt: skip
+        batches = markers.passed(cluster.name, batches)
         if opts.level is Level.BATCH:
             if opts.compaction_holes:
                 batches = as_filled(batches, start, opts.hole_key, opts.filler_records, holes)
@@ -342,6 +375,7 @@ def _diff_once(
     result = PartitionDiff(topic, partition, DiffStatus.ERROR, options.level, dict.fromkeys(names))
     counters: dict[str, list[int]] = {n: [0] for n in names}
     holes: dict[str, list[int]] = {n: [0] for n in names}
+    markers = _MarkerTimes(names)
     try:
         conns = {c.name: pool.get(c) for c in clusters}
         if bounds is None:
@@ -356,7 +390,7 @@ def _diff_once(
         if end > start:
             readers = [
                 _Reader(n, functools.partial(_chunk_stream, c, topic, partition, start, end,
-                                             options, counters[n], holes[n]),
+                                             options, counters[n], holes[n], markers),
                         options.prefetch_chunks)
                 for n, c in conns.items()
             ]  # fmt: skip
@@ -381,7 +415,8 @@ def _diff_once(
         return replace(result, status=status, first_divergent_offset=offset,
                        disagreeing=disagreeing, reason=reason, chunks=chunks, bytes_read=read,
                        seconds=time.monotonic() - started,
-                       holes={n: k[0] for n, k in holes.items() if k[0]})  # fmt: skip
+                       holes={n: k[0] for n, k in holes.items() if k[0]},
+                       marker_skew_ms=dict(markers.skew))  # fmt: skip
     except PartsyncError as e:
         # A broker's error code is an answer, not an unreachable cluster.
         unreachable = (e.cluster,) if type(e) is ClusterError and e.cluster else ()

@@ -22,8 +22,18 @@ from typing import Any
 from partsync._kafka import GROUP_KEY, Connection, broker_error
 from partsync.errors import ClusterError, ExitStatus, TopicError, UnsafeError
 from partsync.io.cluster import Cluster
+from partsync.io.reader import read_batches
+from partsync.plan.comparator import Bounds
+from partsync.wire.seek import first_data_at_or_after
 
-__all__ = ["GroupOffsets", "OffsetCopy", "OffsetsFollower", "OffsetsReport", "copy_group_offsets"]
+__all__ = [
+    "GroupOffsets",
+    "OffsetCopy",
+    "OffsetsFollower",
+    "OffsetsReport",
+    "copy_group_offsets",
+    "reset_group_offsets_to_time",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +47,7 @@ class OffsetCopy:
     partition: int
     source_offset: int | None  # None: the group has no commit for the partition on the source
     local_offset: int | None  # what was committed locally (None: nothing)
-    status: str  # copied, clamped, no-commit
+    status: str  # copied, clamped, no-commit; reset (--to-datetime)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,16 +105,7 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
     local_coord = _coordinator(local, group)
     source_coord = _coordinator(source, group)
     try:
-        code, state, members = local_coord.describe_group(group)
-        if code:
-            raise broker_error(code, f"describing group {group!r}", cluster=local.name)
-        if members or state not in _IDLE_STATES:
-            raise UnsafeError(
-                f"group {group!r} has {members} live member(s) on the local cluster (state "
-                f"{state}): stop those consumers before copying the group's offsets (Kafka "
-                "lets only members commit to a group that has them)",
-                cluster=local.name,
-            )
+        _check_idle(local_coord, local, group)
         copies: list[OffsetCopy] = []
         for topic in topics:
             info = source.topic(topic)
@@ -154,6 +155,81 @@ def copy_group_offsets(
         except (ClusterError, TopicError) as e:
             out.append(GroupOffsets(group, status="error", reason=str(e)))
     return OffsetsReport(tuple(out))
+
+
+def reset_group_offsets_to_time(
+    local: Cluster, groups: Sequence[str], topics: Sequence[str], timestamp_ms: int
+) -> OffsetsReport:
+    """Commit each group's offsets for ``topics`` on ``local`` at the first data record whose
+    timestamp is at least ``timestamp_ms`` (``wire.seek``), per partition; the log end where
+    there is none (as Kafka's ``--reset-offsets --to-datetime`` does). Kafka's own answer
+    (ListOffsets by timestamp) is only where the search starts: on a mirror a replayed
+    transaction marker, stamped by the local leader when it was written, can capture it."""
+    out = []
+    for group in groups:
+        try:
+            out.append(_reset_one(local, group, topics, timestamp_ms))
+        except UnsafeError as e:
+            out.append(GroupOffsets(group, status="refused", reason=str(e)))
+        except (ClusterError, TopicError) as e:
+            out.append(GroupOffsets(group, status="error", reason=str(e)))
+    return OffsetsReport(tuple(out))
+
+
+def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> GroupOffsets:
+    coord = _coordinator(local, group)
+    try:
+        _check_idle(coord, local, group)
+        copies: list[OffsetCopy] = []
+        for topic in topics:
+            info = local.topic(topic)
+            if info is None:
+                raise TopicError("topic does not exist", cluster=local.name, topic=topic)
+            parts = list(range(info.partitions))
+            bounds = local.bounds(topic, parts)
+            todo: dict[int, tuple[int, str | None]] = {}
+            for p in parts:
+                todo[p] = (_offset_at(local, topic, p, ts, bounds[p]), "")
+                copies.append(OffsetCopy(topic, p, None, todo[p][0], "reset"))
+            for p, err in coord.offset_commit(group, topic, todo).items():
+                if err:
+                    raise broker_error(err, f"committing group {group!r}'s offset",
+                                       cluster=local.name, topic=topic, partition=p)  # fmt: skip
+        return GroupOffsets(group, tuple(copies))
+    finally:
+        coord.close()
+
+
+def _offset_at(local: Cluster, topic: str, partition: int, ts: int, bounds: Bounds) -> int:
+    """The first data record at or after ``ts`` in the local partition, else its end."""
+    conn = local.connect_leader(topic, partition)
+    try:
+        code, hint = conn.list_offsets(topic, [partition], ts)[partition]
+        if code:
+            raise broker_error(code, f"looking up offsets by time {ts}", cluster=local.name,
+                               topic=topic, partition=partition)  # fmt: skip
+        if hint < 0:  # no batch at all stamped at or after the time
+            return bounds.end
+        start = max(hint, bounds.log_start)
+        read = read_batches(conn, local.name, topic, partition, start, bounds.end,
+                            fetch_bytes=4 << 20)  # fmt: skip
+        found = first_data_at_or_after(read, ts, start)
+    finally:
+        local.release(conn)
+    return bounds.end if found is None else found
+
+
+def _check_idle(coord: Connection, local: Cluster, group: str) -> None:
+    code, state, members = coord.describe_group(group)
+    if code:
+        raise broker_error(code, f"describing group {group!r}", cluster=local.name)
+    if members or state not in _IDLE_STATES:
+        raise UnsafeError(
+            f"group {group!r} has {members} live member(s) on the local cluster (state "
+            f"{state}): stop those consumers before copying the group's offsets (Kafka "
+            "lets only members commit to a group that has them)",
+            cluster=local.name,
+        )
 
 
 class OffsetsFollower:

@@ -37,7 +37,8 @@ Exit codes:
   1  any other failure (unreachable cluster, broker error, group not joined); safe to rerun
   2  usage or configuration error
   3  at least one partition was refused as unsafe (others were still synced)
-  4  sync --deadline: the run stopped before it caught up
+  4  not caught up: sync --deadline stopped the run first, or a partition is behind (a source
+     transaction held back until its marker); run again later
 """
 
 CLUSTER_HELP = (

@@ -23,21 +23,30 @@ __all__ = ["offsets"]
 @click.command(epilog=EXIT_CODES_HELP)
 @click.option("--topic", "topics", multiple=True, required=True, metavar="TOPIC",
               help="Topic whose offsets are copied; repeat for several.")  # fmt: skip
-@click.option("--from", "source", required=True, metavar="CLUSTER",
-              help="The cluster the consumers ran on. " + CLUSTER_HELP)  # fmt: skip
+@click.option("--from", "source", default=None, metavar="CLUSTER",
+              help="The cluster the consumers ran on (required unless --to-datetime). "
+                   + CLUSTER_HELP)  # fmt: skip
 @click.option("--local", "local", default=None, metavar="CLUSTER",
               help="The cluster they fail over to; default: `local` in the config file.")  # fmt: skip
 @click.option("--group", "groups", multiple=True, required=True, metavar="GROUP",
               help="Consumer group; repeat for several.")  # fmt: skip
+@click.option("--to-datetime", "to_datetime", default=None, metavar="TIME",
+              help="Instead of copying from --from: set the groups' offsets on the local "
+                   "cluster to the first data record at or after TIME (ISO 8601, e.g. "
+                   "2026-11-20T08:00:00Z; without a zone, UTC), read from the local "
+                   "partitions' own data batches with transaction markers skipped (Kafka's "
+                   "own time lookup can stop at a replayed marker, which carries the local "
+                   "leader's time); the log end where no record is that new.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @config_option
 @click.pass_obj
 def offsets(
     ctx: Ctx,
     topics: tuple[str, ...],
-    source: str,
+    source: str | None,
     local: str | None,
     groups: tuple[str, ...],
+    to_datetime: str | None,
     as_json: bool,
 ) -> None:
     """Copy consumer groups' committed offsets from one cluster to the local one, verbatim.
@@ -47,19 +56,35 @@ def offsets(
     sync, run this, then start the consumers on the local cluster. A group with live members on
     the local cluster is refused (exit 3). A commit beyond the local log end is clamped to it
     (reported as clamped). The committed leader epoch is left unknown.
+
+    With --to-datetime instead of --from, the groups' offsets on the local cluster are set by
+    time (reported as reset), as `kafka-consumer-groups --reset-offsets --to-datetime` would,
+    but from data records only: the right answer on a mirror whose replayed transaction
+    markers carry the local leader's time.
     """
     from partsync.io.pool import ClusterPool
-    from partsync.run.offsets import copy_group_offsets
+    from partsync.run.offsets import copy_group_offsets, reset_group_offsets_to_time
 
+    if (source is None) == (to_datetime is None):
+        raise UsageError("give either --from CLUSTER (copy the groups' committed offsets) or "
+                         "--to-datetime TIME (set them by time on the local cluster)")  # fmt: skip
     cfg = ctx.config
-    src, loc = cfg.resolve(source), cfg.local_ref(local)
-    if src.bootstrap == loc.bootstrap:
-        raise UsageError(f"cluster {loc.name} is both --from and the local cluster")
-    for ref in (src, loc):
-        check_files(ref)
-    with ClusterPool() as pool:
-        report = copy_group_offsets(pool.get(src), pool.get(loc), groups,
-                                    tuple(dict.fromkeys(topics)))  # fmt: skip
+    loc = cfg.local_ref(local)
+    wanted = tuple(dict.fromkeys(topics))
+    if to_datetime is not None:
+        when = _parse_time(to_datetime)
+        check_files(loc)
+        with ClusterPool() as pool:
+            report = reset_group_offsets_to_time(pool.get(loc), groups, wanted, when)
+    else:
+        assert source is not None
+        src = cfg.resolve(source)
+        if src.bootstrap == loc.bootstrap:
+            raise UsageError(f"cluster {loc.name} is both --from and the local cluster")
+        for ref in (src, loc):
+            check_files(ref)
+        with ClusterPool() as pool:
+            report = copy_group_offsets(pool.get(src), pool.get(loc), groups, wanted)
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -78,6 +103,20 @@ def offsets(
                 stderr.print(f"{g.status}: group {g.group}: {g.reason}", markup=False,
                              highlight=False)  # fmt: skip
     raise Exit(report.exit_status)
+
+
+def _parse_time(text: str) -> int:
+    """Unix milliseconds of an ISO 8601 time (UTC where it names no zone)."""
+    from datetime import UTC, datetime
+
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--to-datetime {text!r} is not an ISO 8601 time "
+                         "(e.g. 2026-11-20T08:00:00Z)") from None  # fmt: skip
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return int(t.timestamp() * 1000)
 
 
 def _num(n: int | None) -> str:

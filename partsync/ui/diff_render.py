@@ -131,6 +131,13 @@ def diff_notes(report: DiffReport) -> list[str]:
                 counts = ", ".join(f"{n} {k}" for n, k in p.holes.items())
                 notes.append(f"note: topic {p.topic} partition {p.partition}: {what} "
                              f"(--compaction-holes fill): {counts}")  # fmt: skip
+            if any(p.marker_skew_ms.values()):
+                skews = ", ".join(f"{n} {k / 1000:g}s" for n, k in p.marker_skew_ms.items())
+                notes.append(f"note: topic {p.topic} partition {p.partition}: transaction "
+                             f"markers' times differ by up to {skews} (each leader stamps the "
+                             "markers it writes; not compared, but Kafka's time lookups can "
+                             "stop at them: partsync offsets --to-datetime seeks by data "
+                             "records)")  # fmt: skip
     return notes
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -584,7 +585,7 @@ def test_a_follower_waits_for_the_marker_of_an_open_transaction(
 
 @pytest.mark.kafka_only
 def test_a_follower_streams_continuously_overlapping_exactly_once_writers(
-    clusters: Clusters, topic: str, tmp_path: Path
+    clusters: Clusters, psync: Run, topic: str, tmp_path: Path
 ) -> None:
     """Two writers that always keep a transaction open: the follower replays each as it goes
     (no point ever has every transaction ended) and keeps within seconds of the source's last
@@ -617,6 +618,12 @@ def test_a_follower_streams_continuously_overlapping_exactly_once_writers(
         f.stop()
     assert max(lags) < 30, lags
     _assert_mirrored(clusters, topic)
+    # How far the follower's replayed markers are from the source's in time (docs/benchmarks.md
+    # "Markers' times behind a follower").
+    d = psync("diff", "--topic", topic, "--clusters", "a,local", "--json")
+    skew = d.json["topics"][0]["partitions"][0]["marker_time_skew_ms"]["local"]
+    print(f"follower marker time skew: at most {skew} ms; lags {lags}")
+    assert d.code == 0 and skew < 30_000, (skew, d.stdout)
 
 
 def _java_producer(
@@ -694,6 +701,61 @@ def test_transactions_of_kafkas_own_java_client_are_replayed(
     finally:
         f.stop()
     _assert_mirrored(clusters, topic)
+
+
+def _by_time(broker: Broker, topic: str, times: list[int]) -> list[int]:
+    """Kafka's own answers to ListOffsets(timestamp) for partition 0."""
+    from partsync._kafka import Connection
+
+    with Connection(broker.host, broker.port, cluster=broker.kind) as conn:
+        return [conn.list_offsets(topic, [0], t)[0][1] for t in times]
+
+
+@pytest.mark.kafka_only
+def test_seeking_a_mirror_by_time_skips_the_replayed_markers(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Replayed markers carry the local leader's time, written when the replay ran: Kafka's
+    time lookup on the mirror stops at the first of them for every later time (the source
+    answers each transaction's first offset). ``offsets --to-datetime`` sets a group where the
+    source's lookup points, read from the mirror's data records only."""
+    from tests.integration.test_offsets import _committed
+
+    _source_topic(clusters, topic)
+    t = _txn(clusters, "a", f"{topic}-w")
+    for i in range(6):
+        t.begin().send(topic, records(5, seed=i, base_timestamp_ms=None)).commit()
+        time.sleep(0.05)  # each transaction's records a little newer than the last marker
+    end = _source_end(clusters, topic)
+    data = [b for b in fetch_batches(clusters["a"], topic, 0) if not b.is_control]
+    times = [b.base_timestamp for b in data[1:]]
+    want = _by_time(clusters["a"], topic, times)
+    assert want == [b.base_offset for b in data[1:]], (want, times)
+    time.sleep(1.5)  # the replay's markers are stamped this much later than the source's
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+
+    assert r.code == 0 and by_partition(r.json, topic)[0]["local_end_after"] == end, r.stdout
+    first_marker = next(b for b in fetch_batches(clusters["local"], topic, 0) if b.is_control)
+    assert set(_by_time(clusters["local"], topic, times)) == {first_marker.base_offset}
+    for n, when in enumerate(times):
+        iso = datetime.fromtimestamp(when / 1000, tz=UTC).isoformat(timespec="milliseconds")
+        group = f"{topic}-g{n}"
+        r = psync("offsets", "--topic", topic, "--group", group, "--to-datetime", iso, "--json")
+        assert r.code == 0, r.stdout + r.stderr
+        (p,) = r.json["groups"][0]["partitions"]
+        assert (p["status"], p["local_offset"], p["source_offset"]) == ("reset", want[n], None)
+        assert _committed(clusters.bootstrap("local"), group, topic, 1) == {0: want[n]}
+    r = psync("offsets", "--topic", topic, "--group", f"{topic}-late", "--to-datetime",
+              "2999-01-01T00:00:00", "--json")  # fmt: skip
+    assert r.json["groups"][0]["partitions"][0]["local_offset"] == end  # none that new
+    # diff: the markers' times are a known difference, reported, not a divergence.
+    d = psync("diff", "--topic", topic, "--clusters", "a,local", "--json")
+    assert d.code == 0, d.stdout + d.stderr
+    skew = d.json["topics"][0]["partitions"][0]["marker_time_skew_ms"]
+    assert set(skew) == {"local"} and skew["local"] >= 1500, skew
+    d = psync("diff", "--topic", topic, "--clusters", "a,local")
+    assert "transaction markers' times differ by up to local" in d.stderr + d.stdout
 
 
 @pytest.mark.kafka_only
