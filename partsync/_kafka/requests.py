@@ -10,7 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeTransactionsRequest
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
@@ -466,6 +470,15 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
                         for a in p.active_producers
                     ]  # fmt: skip
         return -1, []
+
+    def list_transactions(self, producer_ids: list[int]) -> tuple[int, dict[int, str]]:
+        """(error code, producer id -> transactional id) of the transactions this broker
+        coordinates for ``producer_ids`` (ListTransactions, KIP-664)."""
+        resp = self.call("ListTransactions",
+                         ListTransactionsRequest(state_filters=[], producer_id_filters=producer_ids))  # fmt: skip
+        return int(resp.error_code), {
+            int(s.producer_id): s.transactional_id for s in resp.transaction_states
+        }
 
     def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TxnState]:
         """Each transactional id's state (asked of its coordinator)."""

@@ -239,7 +239,8 @@ def _in_log(local: Cluster, topic: str, partition: int, st: TxnState) -> tuple[i
                 first = None  # it ended an earlier transaction of the slot
             elif b.is_transactional:
                 first = b.base_offset if first is None else first
-                sequence = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+            if not b.is_control:  # Kafka's lastSequence + 1
+                sequence = (b.base_sequence + b.last_offset_delta + 1) & 0x7FFFFFFF
     finally:
         local.release(conn)
     return None if first is None else (first, sequence)

@@ -85,9 +85,11 @@ class TxnReplay:
         self._source = ctx.plan.chunks[0].source if ctx.plan.chunks else ""
         self.rule = HoldRule(
             resumable=ctx.local.can_resume_transactions(),
-            now_ms=int(time.time() * 1000),
             timeout_ms=ctx.opts.transaction_timeout_ms,
             stable_end=self._stable_end,
+            clock=lambda: int(time.time() * 1000),
+            source_timeout=lambda pid: ctx.sources[self._source].transaction_timeout(pid),
+            source_deadline=lambda pid: ctx.sources[self._source].transaction_deadline(pid),
         )
         self._window: TxnWindow[_Held] = TxnWindow(TXN_SLOTS, ctx.opts.max_in_flight_bytes,
                                                    self.rule.hold)  # fmt: skip
@@ -246,7 +248,10 @@ class TxnReplay:
         if first == AT_END:  # begun, nothing appended: the transaction at the local end
             first = ctx.plan.local.end
         source = ctx.plan.chunks[0].source if ctx.plan.chunks else ctx.plan.serving[0]
-        theirs = batch_at(ctx.open(ctx.sources[source]), source, ctx.topic, ctx.partition, first)
+        # A mirror that started inside this transaction's first batch (its source's log start
+        # cuts it): the source serves that batch from its log start on.
+        at = max(first, ctx.plan.sources[source].log_start)
+        theirs = batch_at(ctx.open(ctx.sources[source]), source, ctx.topic, ctx.partition, at)
         if not theirs.is_transactional or theirs.base_offset != first:
             raise UnsafeError(
                 f"the local transaction left open from offset {first} (slot {slot}) replays no "
@@ -298,6 +303,7 @@ class TxnReplay:
         slot = free[0]
         tid = slot_id(ctx.topic, ctx.partition, slot)
         producer = self.session.slots[slot]
+        ctx.check_running()  # the lease too (LeasedStop): nothing sent for a lost partition
         ctx.local.txn_call(
             tid,
             lambda conn: conn.try_add_partition_to_txn(tid, producer, ctx.topic, ctx.partition),
@@ -350,6 +356,7 @@ class TxnReplay:
         tid = slot_id(ctx.topic, ctx.partition, txn.slot)
         producer = self.session.slots[txn.slot]
         ctx.unconfirmed_end = b.next_offset  # from here the marker may land
+        ctx.check_running()  # the lease too (LeasedStop): nothing sent for a lost partition
         ctx.local.txn_call(tid, lambda conn: conn.try_end_txn(tid, producer, commit), what="EndTxn")
         self._await_marker(b, commit, producer)
         ctx.unconfirmed_end = None

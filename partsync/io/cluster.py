@@ -116,6 +116,8 @@ class Cluster:
         self._pipelines: dict[Hashable, _Pipeline] = {}
         self._making: dict[Hashable, threading.Lock] = {}  # held while one is being made
         self._bootstrap: Connection | None = None
+        # Producer id -> (transactional id, transaction timeout ms), or None: unknown.
+        self._txn_ids: dict[int, tuple[str, int, int] | None] = {}
         self._bootstrap_next = 0
         # The last metadata read and the topics it asked for. Metadata is read for the topics a
         # run works on only (a cluster may hold 100k partitions of other topics): those named
@@ -867,6 +869,50 @@ class Cluster:
                            cluster=self.name)  # fmt: skip
             return offset
         raise AssertionError("unreachable")
+
+    def transaction_timeout(self, producer_id: int) -> int | None:
+        """The transaction timeout (ms) of the transactional producer ``producer_id``, as its
+        coordinator tells (ListTransactions on every broker for its transactional id, then
+        DescribeTransactions; asked once per producer id); None where this cluster cannot tell
+        (no KIP-664, no rights, not found)."""
+        if producer_id not in self._txn_ids:
+            self._txn_ids[producer_id] = self._describe_txn_of(producer_id, None)
+        found = self._txn_ids[producer_id]
+        return None if found is None else found[1]
+
+    def transaction_deadline(self, producer_id: int) -> int | None:
+        """When the coordinator aborts the transaction ``producer_id`` has open now (its start
+        plus its timeout, Unix ms), or None if unknown."""
+        known = self._txn_ids.get(producer_id)
+        if known is None:
+            return None
+        st = self._describe_txn_of(producer_id, known[0], state=True)
+        return None if st is None or st[2] < 0 else st[2] + st[1]
+
+    def _describe_txn_of(
+        self, producer_id: int, tid: str | None, *, state: bool = False
+    ) -> tuple[str, int, int] | None:
+        """(transactional id, timeout ms, start ms) of ``producer_id``'s transaction."""
+        try:
+            if not self.can_resume_transactions():
+                return None
+            tid = tid or self._transactional_id_of(producer_id)
+            if tid is None:
+                return None
+            st = (self.describe_transactions([tid]) or {}).get(tid)
+        except PartsyncError as e:
+            log.debug("cluster %s: the transaction of producer %d: %s", self.name, producer_id, e)
+            return None
+        if st is None or st.error_code or st.producer_id != producer_id or st.timeout_ms < 0:
+            return None
+        return tid, st.timeout_ms, st.start_ms
+
+    def _transactional_id_of(self, producer_id: int) -> str | None:
+        for node in sorted(self.metadata().brokers):
+            code, found = self.broker_conn(node).list_transactions([producer_id])
+            if code == 0 and producer_id in found:
+                return found[producer_id]
+        return None
 
     def can_resume_transactions(self) -> bool:
         """Whether a run can find and resume a transaction an earlier run left open in a

@@ -59,29 +59,51 @@ class HoldRule:
 
     ``resumable``: the local cluster can carry a transaction from one run to the next (KIP-664
     lookups); without it every transaction is held, as a local transaction left open would be
-    aborted by the next run's fence. Otherwise a transaction is streamed if it is young (its
-    first batch's newest timestamp within ``timeout_ms`` of ``now_ms``: the local coordinator
-    aborts a transaction open longer than the local ``transaction.timeout.ms``, so an older one
-    may well outlive the local transaction) or if it is known to have ended in the source
-    (it begins below the source's last stable offset, ``stable_end()``: its marker is in the
-    source's log). An old transaction still open in the source (a hanging one, a KIP-939
-    two-phase-commit one) is held. ``stable_end`` is asked only for old transactions, and again
-    only when one begins at or past the offset it last answered (the LSO only grows)."""
+    aborted by the next run's fence. Otherwise a transaction is streamed unless it may stay
+    open in the source for longer than the local coordinator keeps its replay open
+    (``timeout_ms``, counted from its first AddPartitionsToTxn, now): then the local
+    transaction would be aborted where the source holds more of it. In that order:
+
+    - it begins below the source's last stable offset (``stable_end()``): its marker is in the
+      source's log already;
+    - the source's coordinator tells its timeout (``source_timeout(producer id)``): at most
+      ``timeout_ms`` (less ``margin_ms``) streams; longer streams only if its start plus that
+      timeout (``source_deadline``) comes before the local deadline;
+    - the source cannot tell (no KIP-664 there, no rights): its first batch's newest record
+      time within ``timeout_ms`` of now streams (Kafka Streams passes input timestamps on, so
+      this can hold a young transaction of old records: the source's coordinator is the better
+      judge);
+
+    otherwise it is held (a hanging transaction, a KIP-939 two-phase-commit one, a producer
+    with a longer timeout than the local one). ``stable_end`` is asked again only for a
+    transaction that begins at or past the offset it last answered (the LSO only grows)."""
 
     resumable: bool
-    now_ms: int
     timeout_ms: int
     stable_end: Callable[[], int]
+    clock: Callable[[], int]  # Unix ms
+    source_timeout: Callable[[int], int | None] = lambda pid: None
+    source_deadline: Callable[[int], int | None] = lambda pid: None
+    margin_ms: int = 60_000
     _lso: int = -1
 
     def hold(self, first: Batch) -> bool:
         if not self.resumable:
             return True
-        if first.max_timestamp >= self.now_ms - self.timeout_ms:
+        if first.base_offset < self._lso:
             return False
-        if first.base_offset >= self._lso:
-            self._lso = max(self._lso, self.stable_end())
-        return first.base_offset >= self._lso
+        budget = self.timeout_ms - min(self.margin_ms, self.timeout_ms // 10)
+        timeout = self.source_timeout(first.producer_id)
+        if timeout is not None and timeout <= budget:
+            return False  # the source ends it (or aborts it) before the local coordinator would
+        self._lso = max(self._lso, self.stable_end())
+        if first.base_offset < self._lso:
+            return False
+        now = self.clock()
+        if timeout is not None:
+            deadline = self.source_deadline(first.producer_id)
+            return deadline is None or deadline > now + budget
+        return first.max_timestamp < now - self.timeout_ms
 
 
 class TxnWindow(Generic[T]):

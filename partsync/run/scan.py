@@ -50,11 +50,14 @@ def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) 
     refs = {ref.name: ref for ref in req.sources}
     opts = req.options
     serving = p.chunks[0].source
+    source = pool.get(refs[serving])
     rule = HoldRule(
         resumable=pool.get(req.local).can_resume_transactions(),
-        now_ms=int(time.time() * 1000),
         timeout_ms=opts.transaction_timeout_ms,
-        stable_end=lambda: pool.get(refs[serving]).last_stable_offset(p.topic, p.partition),
+        stable_end=lambda: source.last_stable_offset(p.topic, p.partition),
+        clock=lambda: int(time.time() * 1000),
+        source_timeout=source.transaction_timeout,
+        source_deadline=source.transaction_deadline,
     )
     census = Census(p.local.end, ScanOptions(
         fill_holes=opts.fill_holes,

@@ -56,9 +56,10 @@ transactions_option = click.option(
     "transaction with a local transactional producer, its data shallow and its marker "
     "(EndTxn) landing at the source marker's offset, so read_committed consumers see what "
     "they see on the source; or refuse the partition there (exit 3, nothing written past it). "
-    "A replay copies up to the last offset where every transaction it saw has ended; the rest "
-    "waits for the next run. [default: replay; refuse with --no-fencing, which a replay "
-    "needs]",
+    "A replay streams transactions: one still open in the source at the end of a run is "
+    "left open locally and resumed by the next run (JSON: open_transactions); one that cannot "
+    "be left open is held back until its marker, and the partition is behind (exit 4). "
+    "[default: replay; refuse with --no-fencing, which a replay needs]",
 )
 
 
@@ -331,8 +332,11 @@ def plan(
     show_default=True,
     metavar="SECONDS",
     help="The local transaction timeout of a replay (--transactions replay): a transaction a "
-    "killed run left open stays open (read_committed consumers wait at it) until the next "
-    "run or this timeout aborts it. At most the local transaction.max.timeout.ms.",
+    "run left open (its source transaction had no marker yet, or the run was killed) stays "
+    "open (read_committed consumers wait at it) until a later run ends it or this timeout "
+    "aborts it, where the mirror then differs: run again well within it. A source transaction "
+    "that may stay open longer is held back instead. At most the local "
+    "transaction.max.timeout.ms.",
 )
 @click.option(
     "--fencing-renew",

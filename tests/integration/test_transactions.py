@@ -44,11 +44,16 @@ class _Txn:
     """A transactional confluent-kafka producer whose every send is flushed, so the test
     decides the order of batches in the partition."""
 
-    def __init__(self, bootstrap: str, tid: str, codec: str = "none") -> None:
+    def __init__(
+        self, bootstrap: str, tid: str, codec: str = "none", timeout_ms: int | None = None
+    ) -> None:
         from confluent_kafka import Producer
 
-        self.p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                           "compression.type": codec, "linger.ms": 0, "log_level": 3})  # fmt: skip
+        conf = {"bootstrap.servers": bootstrap, "transactional.id": tid,
+                "compression.type": codec, "linger.ms": 0, "log_level": 3}  # fmt: skip
+        if timeout_ms is not None:
+            conf["transaction.timeout.ms"] = timeout_ms
+        self.p = Producer(conf)
         self.p.init_transactions(30)
 
     def begin(self) -> _Txn:
@@ -69,9 +74,11 @@ class _Txn:
         self.p.abort_transaction(30)
 
 
-def _txn(clusters: Clusters, name: str, tid: str, codec: str = "none") -> _Txn:
+def _txn(
+    clusters: Clusters, name: str, tid: str, codec: str = "none", timeout_ms: int | None = None
+) -> _Txn:
     try:
-        return _Txn(clusters.bootstrap(name), tid, codec)
+        return _Txn(clusters.bootstrap(name), tid, codec, timeout_ms)
     except Exception as e:  # noqa: BLE001 - a broker without transactions
         pytest.skip(f"{clusters.kind(name)} does not run transactions for librdkafka: {e}")
 
@@ -284,33 +291,39 @@ def test_overlapping_exactly_once_writers_are_copied_on_every_run(
 
 
 @pytest.mark.kafka_only
-def test_an_old_transaction_still_open_in_the_source_holds_the_copy_back(
+def test_a_transaction_the_source_may_keep_open_longer_holds_the_copy_back(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
-    """A source transaction that has been open for longer than the local coordinator keeps one
-    (a hanging or two-phase-commit transaction, its records two days old) is not streamed: the
-    local transaction would be aborted before the source ends it. The copy stops right before
-    it and the partition is behind (exit 4); a transaction that old that the source has ended
-    (below its last stable offset) is streamed as usual."""
+    """The source's coordinator says how long each open transaction may stay open. One whose
+    producer's timeout (900 s) is longer than the local --transaction-timeout (120 s here)
+    could outlive its local replay, which the local coordinator would abort where the source
+    holds more of it: it is held, and the partition is behind (exit 4) right before it. One
+    with a 60 s timeout is streamed and left open, though its records are two days old (Kafka
+    Streams passes input timestamps on); so is an ended transaction of old records."""
     _source_topic(clusters, topic)
     a = clusters.bootstrap("a")
     old = int(time.time() * 1000) - 2 * 86_400_000
     dated = [Rec(r.key, r.value, r.headers, old) for r in records(3, seed=2)]
     ended = _txn(clusters, "a", f"{topic}-ended")
     ended.begin().send(topic, dated).commit()  # 0..2 and its marker at 3
-    hanging = _txn(clusters, "a", f"{topic}-hanging")
-    hanging.begin().send(topic, dated)  # from offset 4
+    events = _txn(clusters, "a", f"{topic}-events", timeout_ms=60_000)
+    events.begin().send(topic, dated)  # 4..6, open
+    hanging = _txn(clusters, "a", f"{topic}-hanging", timeout_ms=900_000)
+    hanging.begin().send(topic, dated)  # 7..9, open
     produce(a, topic, records(5, seed=3), partition=0)
+    short = ("--transaction-timeout", "120")
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY, *short)
 
     assert r.code == 4, r.stdout + r.stderr
     e = by_partition(r.json, topic)[0]
-    assert e["status"] == "behind" and e["local_end_after"] == 4, e
-    assert "from offset 4" in e["reason"] and "--transaction-timeout" in e["reason"], e
+    assert e["status"] == "behind" and e["local_end_after"] == 7, e
+    assert "from offset 7" in e["reason"] and "--transaction-timeout" in e["reason"], e
+    assert [t["first_offset"] for t in e["open_transactions"]] == [4], e
     planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan")
     stop = check_plan(planned.json)[(topic, 0)]["scan"]["stop"]
-    assert (stop["offset"], stop["refused"]) == (4, False), stop
+    assert (stop["offset"], stop["refused"]) == (7, False), stop
+    events.commit()
     hanging.commit()
     end = _source_end(clusters, topic)
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)

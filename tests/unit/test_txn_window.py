@@ -63,38 +63,65 @@ def test_streamed_transactions_go_at_once_and_a_held_one_holds_what_follows() ->
     assert w2.take("more", _txn(4, pid=5), 10) == ["more"] and w2.open == {5: 0}
 
 
-def _rule(resumable: bool = True, lso: int = 100) -> tuple[HoldRule, list[int]]:
-    asked: list[int] = []
+def _rule(
+    resumable: bool = True,
+    lso: int = 100,
+    source: tuple[int, int] | None = None,
+) -> tuple[HoldRule, list[str]]:
+    """A rule at now = 10,000,000 ms with a 900 s local timeout; ``source``: the source
+    coordinator's (timeout, deadline) of every producer's transaction, None: it cannot tell."""
+    asked: list[str] = []
 
     def stable_end() -> int:
-        asked.append(lso)
+        asked.append("lso")
         return lso
 
-    return HoldRule(resumable, now_ms=10_000_000, timeout_ms=900_000, stable_end=stable_end), asked
+    def timeout(pid: int) -> int | None:
+        asked.append("timeout")
+        return None if source is None else source[0]
+
+    def deadline(pid: int) -> int | None:
+        asked.append("deadline")
+        return None if source is None else source[1]
+
+    rule = HoldRule(resumable, 900_000, stable_end, clock=lambda: 10_000_000,
+                    source_timeout=timeout, source_deadline=deadline)  # fmt: skip
+    return rule, asked
 
 
 @pytest.mark.parametrize(
-    ("resumable", "timestamp", "offset", "held", "asked"),
+    ("resumable", "source", "timestamp", "offset", "held", "asked"),
     [
-        (False, 10_000_000, 0, True, 0),  # no KIP-664 on the local cluster: every one held
-        (True, 10_000_000, 500, False, 0),  # young: streamed, the source not asked
-        (True, 9_099_990, 500, False, 0),  # newest record exactly the timeout old: young
-        (True, 9_099_989, 50, False, 1),  # old, below the source's LSO: ended there
-        (True, 9_099_989, 100, True, 1),  # old and open in the source (at its LSO): held
-        (True, 0, 700, True, 1),
+        (False, None, 10_000_000, 0, True, []),  # no KIP-664 on the local cluster
+        # The source's coordinator tells: a timeout within the local one's streams at once.
+        (True, (60_000, 0), 0, 500, False, ["timeout"]),
+        (True, (840_000, 0), 0, 500, False, ["timeout"]),  # 900 s less a 60 s margin
+        # A longer one: by its deadline, after asking whether it ended already (LSO).
+        (True, (3_600_000, 10_700_000), 0, 500, False, ["timeout", "lso", "deadline"]),
+        (True, (3_600_000, 12_000_000), 10_000_000, 500, True, ["timeout", "lso", "deadline"]),
+        (True, (3_600_000, 12_000_000), 0, 50, False, ["timeout", "lso"]),  # ended: below LSO
+        # The source cannot tell: its records' time.
+        (True, None, 9_099_990, 500, False, ["timeout", "lso"]),  # newest exactly 900 s old
+        (True, None, 9_099_989, 500, True, ["timeout", "lso"]),
+        (True, None, 0, 50, False, ["timeout", "lso"]),  # old, but ended (below the LSO)
     ],
 )  # fmt: skip
 def test_which_transactions_are_held(
-    resumable: bool, timestamp: int, offset: int, held: bool, asked: int
+    resumable: bool,
+    source: tuple[int, int] | None,
+    timestamp: int,
+    offset: int,
+    held: bool,
+    asked: list[str],
 ) -> None:
-    rule, calls = _rule(resumable)
+    rule, calls = _rule(resumable, source=source)
     first = _txn(offset, pid=1, timestamp=timestamp)
-    assert (rule.hold(first), len(calls)) == (held, asked)
+    assert (rule.hold(first), calls) == (held, asked)
 
 
 def test_the_sources_lso_is_asked_again_only_past_where_it_was() -> None:
     rule, calls = _rule(lso=100)
     old = {"timestamp": 1}
     assert not rule.hold(_txn(10, pid=1, **old)) and not rule.hold(_txn(60, pid=2, **old))
-    assert len(calls) == 1
-    assert rule.hold(_txn(100, pid=3, **old)) and len(calls) == 2
+    assert calls.count("lso") == 1
+    assert rule.hold(_txn(100, pid=3, **old)) and calls.count("lso") == 2
