@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,13 @@ def _coordinator(cluster: Cluster, group: str) -> Connection:
     return cluster.connect_to(coord)
 
 
+def _partitions(cluster: Cluster, topic: str) -> list[int]:
+    info = cluster.topic(topic)
+    if info is None:
+        raise TopicError("topic does not exist", cluster=cluster.name, topic=topic)
+    return list(range(info.partitions))
+
+
 def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]) -> GroupOffsets:
     local_coord = _coordinator(local, group)
     source_coord = _coordinator(source, group)
@@ -108,10 +115,7 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
         _check_idle(local_coord, local, group)
         copies: list[OffsetCopy] = []
         for topic in topics:
-            info = source.topic(topic)
-            if info is None:
-                raise TopicError("topic does not exist", cluster=source.name, topic=topic)
-            parts = list(range(info.partitions))
+            parts = _partitions(source, topic)
             code, committed = source_coord.offset_fetch(group, topic, parts)
             if code:
                 raise broker_error(code, f"reading group {group!r}'s offsets",
@@ -146,10 +150,15 @@ def copy_group_offsets(
     source: Cluster, local: Cluster, groups: Sequence[str], topics: Sequence[str]
 ) -> OffsetsReport:
     """Copy each group's committed offsets for ``topics`` from ``source`` to ``local``."""
+    return _each_group(groups, lambda group: _copy_one(source, local, group, topics))
+
+
+def _each_group(groups: Sequence[str], one: Callable[[str], GroupOffsets]) -> OffsetsReport:
+    """``one`` for each group; a refusal (live members) or failure is that group's result."""
     out = []
     for group in groups:
         try:
-            out.append(_copy_one(source, local, group, topics))
+            out.append(one(group))
         except UnsafeError as e:
             out.append(GroupOffsets(group, status="refused", reason=str(e)))
         except (ClusterError, TopicError) as e:
@@ -165,15 +174,7 @@ def reset_group_offsets_to_time(
     there is none (as Kafka's ``--reset-offsets --to-datetime`` does). Kafka's own answer
     (ListOffsets by timestamp) is only where the search starts: on a mirror a replayed
     transaction marker, stamped by the local leader when it was written, can capture it."""
-    out = []
-    for group in groups:
-        try:
-            out.append(_reset_one(local, group, topics, timestamp_ms))
-        except UnsafeError as e:
-            out.append(GroupOffsets(group, status="refused", reason=str(e)))
-        except (ClusterError, TopicError) as e:
-            out.append(GroupOffsets(group, status="error", reason=str(e)))
-    return OffsetsReport(tuple(out))
+    return _each_group(groups, lambda group: _reset_one(local, group, topics, timestamp_ms))
 
 
 def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> GroupOffsets:
@@ -182,10 +183,7 @@ def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> Gr
         _check_idle(coord, local, group)
         copies: list[OffsetCopy] = []
         for topic in topics:
-            info = local.topic(topic)
-            if info is None:
-                raise TopicError("topic does not exist", cluster=local.name, topic=topic)
-            parts = list(range(info.partitions))
+            parts = _partitions(local, topic)
             bounds = local.bounds(topic, parts)
             todo: dict[int, tuple[int, str | None]] = {}
             for p in parts:

@@ -125,9 +125,9 @@ def test_a_start_whose_delete_answer_is_lost_says_it_appended_fillers(
     assert_partitions_identical(b.bootstrap, local, topic, 1)
 
 
-def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
-    """SIGKILL while the fillers are being appended: the next run sees a local log that ends in
-    fillers, fills on, and the mirror still starts exactly at the source's log start."""
+def _source_started_at_300(clusters: Clusters, topic: str) -> tuple[Broker, str]:
+    """Source b with 310 records whose log start is 300, a batch boundary; and the local
+    bootstrap, with the topic created empty."""
     b, local = clusters["b"], clusters.bootstrap("local")
     if b.kind == "tansu":
         pytest.skip("source b is Tansu, which has no DeleteRecords")
@@ -135,9 +135,16 @@ def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, to
     create_topic(local, topic, 1)
     produce(b.bootstrap, topic, records(300, seed=3), partition=0)
     produce(b.bootstrap, topic, records(10, seed=4), partition=0)
+    delete_records(b.bootstrap, topic, 0, 300)
+    return b, local
+
+
+def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, topic: str) -> None:
+    """SIGKILL while the fillers are being appended: the next run sees a local log that ends in
+    fillers, fills on, and the mirror still starts exactly at the source's log start."""
+    b, local = _source_started_at_300(clusters, topic)
     end = bounds(b, topic, 1)[0].end
     start = 300
-    delete_records(b.bootstrap, topic, 0, start)
     # 100 filler batches of 3 records: a kill lands among them.
     argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
             "--topic", topic, "--sources", "b", "--no-group", "--json", "--filler-records", "3"]  # fmt: skip
@@ -165,14 +172,7 @@ def test_fillers_are_deleted_as_they_go(clusters: Clusters, psync: Run, topic: s
     ~80 GB per replica for hours). Every 32 filler batches the local log start is moved up to
     the last one, so the broker frees their segments at its next retention check: 100 batches
     of 3 records take 3 DeleteRecords before the final one."""
-    b, local = clusters["b"], clusters.bootstrap("local")
-    if b.kind == "tansu":
-        pytest.skip("source b is Tansu, which has no DeleteRecords")
-    create_topic(b.bootstrap, topic, 1)
-    create_topic(local, topic, 1)
-    produce(b.bootstrap, topic, records(300, seed=3), partition=0)
-    produce(b.bootstrap, topic, records(10, seed=4), partition=0)
-    delete_records(b.bootstrap, topic, 0, 300)
+    b, local = _source_started_at_300(clusters, topic)
     assert fetch_batches(b, topic, 0, 300)[0].base_offset == 300  # fillers up to it
     deletes = clusters.proxy.requests["DeleteRecords"]
 
