@@ -131,6 +131,14 @@ class TxnReplay:
             e.cluster, e.topic, e.partition = source, self.ctx.topic, self.ctx.partition
             raise
         except HeldBack as e:
+            if not self.rule.resumable:
+                # Every transaction is held here: a later run holds this one again, and never
+                # gets past it. A person must raise the limit.
+                raise UnsafeError(
+                    f"{e.reason}; raise --max-in-flight-bytes (and --memory-budget)",
+                    cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
+                    offset=e.offset,
+                ) from None  # fmt: skip
             self.held_back = e
             raise
         for h in ready:

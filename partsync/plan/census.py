@@ -175,7 +175,11 @@ class Census:
             self.refusal = ScanStop(offset, e.reason, refused=True)
             return False
         except HeldBack as e:
-            self._held_back = e
+            if self.opts.hold is None:  # everything held: no later run gets past it either
+                self.refusal = ScanStop(e.offset, f"{e.reason}; raise --max-in-flight-bytes "
+                                        "(and --memory-budget)", refused=True)  # fmt: skip
+            else:
+                self._held_back = e
             return False
         self._first = False
         return True

@@ -66,7 +66,7 @@ def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) 
         slots=TXN_SLOTS,
         max_held_bytes=opts.max_in_flight_bytes,
         bootstrap_at=p.copy_start if p.bootstrap else None,
-        hold=rule.hold,
+        hold=rule.hold if rule.resumable else None,
     ))  # fmt: skip
     try:
         for chunk in p.chunks:
