@@ -145,8 +145,8 @@ class Census:
         self.opts = opts
         self.refusal: ScanStop | None = None
         self._at = start  # the next offset a batch must start at
-        self._copied: Counter[str] = Counter()  # appended: up to the last quiet point
-        # What a replay holds back (the counts of each append) until a quiet point.
+        self._copied: Counter[str] = Counter()  # appended: up to where a replay stops
+        # What a replay holds back (the counts of each append) until its held ones end.
         self._window: TxnWindow[dict[str, int]] = TxnWindow(opts.slots, opts.max_held_bytes,
                                                             opts.hold)  # fmt: skip
         self._held_back: HeldBack | None = None

@@ -145,7 +145,7 @@ def test_streamed_transactions_are_copied_to_the_end_and_left_open() -> None:
 
 def test_counts_stop_where_a_replay_stops() -> None:
     """Hole records after an open transaction are held with it: a sync that stops at the
-    quiet point before it fills none of them."""
+    held transaction before it fills none of them."""
     c, stop = _census(0, _txn(0, pid=3), _data(5), end=8)
     assert stop is not None and (stop.offset, stop.refused) == (0, False)
     assert (c.holes, c.batches, c.end) == (0, 0, 0)

@@ -1,5 +1,6 @@
-"""The quiet points of a replay (plan.txn_window): appends held from a transaction's first
-batch until every transaction seen has its marker, then let go in order."""
+"""Which appends a replay lets go (plan.txn_window): streamed transactions at once, a held
+one's from its first batch until every held transaction has its marker, then in order; and
+which transactions are held (HoldRule)."""
 
 from __future__ import annotations
 
