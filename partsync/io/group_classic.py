@@ -120,7 +120,12 @@ class ClassicSession:
 
     def _heartbeat_until_rejoin(self) -> None:
         m = self.m
-        while not m.stopping.wait(m.heartbeat_interval):
+        # The first heartbeat goes at once: the lease a join grants counts from the JoinGroup
+        # request (the coordinator may have held it for group.initial.rebalance.delay.ms), so
+        # little of it may be left; a heartbeat renews it from its own sending.
+        wait = 0.0
+        while not m.stopping.wait(wait):
+            wait = m.heartbeat_interval
             if m.rejoin.is_set():
                 m.rejoin.clear()
                 log.info("group %s: the job's topics grew; rejoining", m.group)
