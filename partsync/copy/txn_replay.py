@@ -188,11 +188,7 @@ class TxnReplay:
             ctx.behind = (f"copied up to offset {ctx.confirmed_end}: {why}; {how}; run again once "
                           "the source has ended them, or run sync --follow, which copies them "
                           "as soon as they end")  # fmt: skip
-            self._window.drop_held()
-            if self._start_at is not None and ctx.confirmed_end > ctx.plan.local.end:
-                # The straddling batch is held: hide the fillers appended so far.
-                ctx.local.delete_records(ctx.topic, ctx.partition, ctx.confirmed_end)
-                self._start_at = None
+            self._window.drop_held()  # a held straddling batch: _fill deleted the fillers
         for pid, txn in sorted(self._live.items(), key=lambda kv: kv[1].first):
             ctx.open_txns.append({"source_producer_id": pid, "first_offset": txn.first,
                                   "local_slot": txn.slot,
