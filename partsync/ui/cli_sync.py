@@ -595,8 +595,11 @@ def _transactions(asked: str | None, fencing: bool) -> str:
 
 def _check_writable(path: str) -> None:
     """A metrics file that cannot be written is a usage error before anything is copied, not
-    after."""
+    after: a temporary file is created beside it (where ``write_textfile`` creates its own
+    before the rename) and removed again. ``os.access`` is not enough: root passes it for
+    /proc, where nothing can be created."""
     import os
+    import tempfile
     from pathlib import Path
 
     target = Path(path)
@@ -605,8 +608,14 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"--metrics-file {path}: is a directory")
     if not folder.is_dir():
         raise UsageError(f"--metrics-file {path}: directory {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--metrics-file {path}: directory {folder} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".check", dir=folder)
+    except OSError as e:
+        raise UsageError(
+            f"--metrics-file {path}: cannot create a file in {folder}: {e.strerror or e}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _deadline_timer(
