@@ -471,11 +471,14 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
                     ]  # fmt: skip
         return -1, []
 
-    def list_transactions(self, producer_ids: list[int]) -> tuple[int, dict[int, str]]:
+    def list_transactions(
+        self, producer_ids: list[int], states: list[str] | None = None
+    ) -> tuple[int, dict[int, str]]:
         """(error code, producer id -> transactional id) of the transactions this broker
-        coordinates for ``producer_ids`` (ListTransactions, KIP-664)."""
-        resp = self.call("ListTransactions",
-                         ListTransactionsRequest(state_filters=[], producer_id_filters=producer_ids))  # fmt: skip
+        coordinates for ``producer_ids`` (all, if empty) in ``states`` (any, if None), as
+        ListTransactions (KIP-664) lists them."""
+        req = ListTransactionsRequest(state_filters=states or [], producer_id_filters=producer_ids)
+        resp = self.call("ListTransactions", req)
         return int(resp.error_code), {
             int(s.producer_id): s.transactional_id for s in resp.transaction_states
         }

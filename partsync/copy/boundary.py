@@ -3,11 +3,22 @@ source's copy of it must be the same batch, and serving sources must agree with 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 from partsync.copy.context import CopyContext
-from partsync.errors import DivergenceError, UnsafeError
+from partsync.copy.options import CopyOptions
+from partsync.errors import ClusterError, DivergenceError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.reader import batch_at
-from partsync.plan.comparator import RECREATED_HINT, Bounds, earliest_held
+from partsync.plan.comparator import (
+    RECREATED_HINT,
+    Bounds,
+    Condition,
+    PartitionPlan,
+    earliest_held,
+)
+from partsync.plan.topic_rules import LocalTopicRules
 from partsync.wire.batch import Batch
 from partsync.wire.filler import is_filler
 from partsync.wire.holes import disagreement, holds_hole_records
@@ -15,6 +26,7 @@ from partsync.wire.holes import disagreement, holds_hole_records
 __all__ = [
     "check_local_boundary",
     "check_sources_agree",
+    "checked_in_sync",
     "differs_at",
     "local_for_plan",
     "trim_bootstrap_head",
@@ -104,8 +116,26 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
             f"end {local_end}",
             cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
         )  # fmt: skip
+    compared = _compare_last(ctx, mine, plan.serving)
+    if not compared:
+        # Retention moved every serving source's log start to the local end: the copy
+        # continues the local log, but whether the local history equals theirs is unknown.
+        ctx.notes.append(
+            f"local history not verified: no source still holds offset {local_end - 1}, the "
+            f"local log's last (log starts: "
+            + ", ".join(f"{n} {plan.sources[n].log_start}" for n in plan.serving)
+            + "); the copy continues from the local log end unchecked"
+        )
+    return mine
+
+
+def _compare_last(ctx: CopyContext, mine: Batch, names: tuple[str, ...]) -> bool:
+    """Raise ``DivergenceError`` where a source among ``names`` holds another batch at the
+    local log's last offset (``mine``'s); whether any source had it to compare."""
+    plan = ctx.plan
+    local_end = mine.last_offset + 1
     compared = False
-    for name in plan.serving:
+    for name in names:
         if not plan.sources[name].holds(local_end - 1):
             continue  # that source no longer has it: nothing to compare
         theirs = _compared_batch(ctx, name, local_end - 1)
@@ -117,7 +147,8 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
             if mine.is_control and ctx.opts.replay_transactions:
                 hint = ("the local batch is a transaction marker the local coordinator wrote "
                         "when it aborted a replayed transaction that no run resumed within "
-                        "--transaction-timeout (a killed run's); the partition cannot be "
+                        "--transaction-timeout (a killed run's, or one left open for a source "
+                        "transaction that ended later); the partition cannot be "
                         "repaired in place: mirror it into a new local topic")  # fmt: skip
             elif not ctx.opts.fill_holes and holds_hole_records(mine):
                 hint = ("the local batch holds hole records of an earlier run with "
@@ -128,16 +159,38 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
                 f"holds offset {local_end - 1} (first difference at {at}; {hint})",
                 cluster=name, topic=ctx.topic, partition=ctx.partition, offset=at,
             )  # fmt: skip
-    if not compared:
-        # Retention moved every serving source's log start to the local end: the copy
-        # continues the local log, but whether the local history equals theirs is unknown.
-        ctx.notes.append(
-            f"local history not verified: no source still holds offset {local_end - 1}, the "
-            f"local log's last (log starts: "
-            + ", ".join(f"{n} {plan.sources[n].log_start}" for n in plan.serving)
-            + "); the copy continues from the local log end unchecked"
-        )
-    return mine
+    return compared
+
+
+def checked_in_sync(
+    plan: PartitionPlan,
+    sources: Mapping[str, Cluster],
+    local: Cluster,
+    opts: CopyOptions,
+    rules: LocalTopicRules,
+) -> PartitionPlan:
+    """``plan``, planned in sync (the local end equals the sources'), after its last local
+    batch was compared with each source's at that offset: unsafe where they differ, unknown
+    where that could not be read. Asked where a replayed transaction may have been aborted
+    by the local coordinator (``run.planner``, ``run.task``): one a run left open for the
+    source's marker and the local coordinator aborted before a run resumed it ends the local
+    log with an abort marker at the very offset of the source's commit marker, so the ends
+    agree."""
+    end = plan.local.end
+    holders = tuple(n for n, b in plan.sources.items() if b.holds(end - 1) and n in sources)
+    if end == 0 or end <= plan.local.log_start or not holders:
+        return plan
+    ctx = CopyContext(plan, sources, local, opts, rules, None, None)
+    try:
+        _compare_last(ctx, _batch_on(ctx, local.name, end - 1), holders)
+        return plan
+    except ClusterError as e:
+        reason = f"the local log's last batch could not be compared: {e}"
+        return dataclasses.replace(plan, condition=Condition.UNKNOWN, reason=reason)
+    except PartsyncError as e:
+        return dataclasses.replace(plan, condition=Condition.UNSAFE, reason=e.reason)
+    finally:
+        ctx.close_all()
 
 
 def local_for_plan(

@@ -21,6 +21,7 @@ __all__ = [
     "open_producer_for",
     "renew_producer",
     "slot_id",
+    "slot_partition",
     "take_up_slots",
     "transactional_id",
 ]
@@ -46,6 +47,17 @@ def transactional_id(topic: str, partition: int) -> str:
 def slot_id(topic: str, partition: int, slot: int) -> str:
     """The transactional id of a replay's transaction slot ``slot`` in a local partition."""
     return f"partsync:{topic}:{partition}:txn{slot}"
+
+
+def slot_partition(tid: str) -> tuple[str, int] | None:
+    """The local partition whose replay slot ``tid`` is (``slot_id``'s inverse), or None for
+    any other transactional id."""
+    parts = tid.split(":")
+    if len(parts) != 4 or parts[0] != "partsync" or not parts[3].startswith("txn"):
+        return None
+    if not parts[2].isdigit() or not parts[3][3:].isdigit():
+        return None
+    return parts[1], int(parts[2])
 
 
 @dataclass

@@ -914,6 +914,20 @@ class Cluster:
                 return found[producer_id]
         return None
 
+    def transactional_ids_in(self, states: list[str]) -> set[str]:
+        """The transactional ids whose transaction is in one of ``states`` (e.g.
+        ``CompleteAbort``), as every broker's ListTransactions lists those it coordinates and
+        this client may describe; empty where the cluster cannot resume transactions (no
+        KIP-664). Raises ``ClusterError`` where a broker does not answer."""
+        if not self.can_resume_transactions():
+            return set()
+        out: set[str] = set()
+        for node in sorted(self.metadata().brokers):
+            code, found = self.broker_conn(node).list_transactions([], states)
+            raise_for_code(code, f"listing transactions ({', '.join(states)})", cluster=self.name)
+            out.update(found.values())
+        return out
+
     def can_resume_transactions(self) -> bool:
         """Whether a run can find and resume a transaction an earlier run left open in a
         partition: the cluster offers all of KIP-664 (DescribeTransactions, DescribeProducers

@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
-from partsync.copy.boundary import local_for_plan
+from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.options import CopyOptions
-from partsync.errors import ClusterError, TopicError
+from partsync.copy.producer import slot_partition
+from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.pool import ClusterPool
@@ -173,7 +174,12 @@ def _read_local(local: Cluster, topic: str, wanted: frozenset[int] | None) -> _L
     return out
 
 
-def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
+def _plan_topic(
+    topic: str,
+    req: SyncRequest,
+    pool: ClusterPool,
+    aborted: frozenset[tuple[str, int]] = frozenset(),
+) -> TopicPlan:
     started = time.monotonic()  # no bound below is older than this
     local = pool.get(req.local)
     warnings: list[str] = []
@@ -275,6 +281,9 @@ def _plan_topic(topic: str, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
                                        serving=())  # fmt: skip
         else:
             plan = unknown_without(plan, unreachable)
+        if plan.condition is Condition.IN_SYNC and (topic, p) in aborted:
+            srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.sources}
+            plan = checked_in_sync(plan, srcs, local, req.options, rules)
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = _located(plan, local.name)
         plans.append(plan)
@@ -333,14 +342,39 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
     return dataclasses.replace(req, topics=tuple(select_topics(sel, listed)))
 
 
+# A replayed transaction the local coordinator aborted, or is aborting (its timeout, or a
+# fence): Kafka's TransactionState names, as ListTransactions filters them.
+_ABORTED_STATES = ["PrepareAbort", "CompleteAbort", "PrepareEpochFence"]
+
+
+def _aborted_replays(req: SyncRequest, pool: ClusterPool) -> frozenset[tuple[str, int]]:
+    """The local partitions with a replay slot whose last transaction was aborted (one
+    ListTransactions per local broker). Each such partition planned in sync has its last batch
+    compared with the sources' (``checked_in_sync``): a transaction a run left open for the
+    source's marker and the local coordinator aborted first ends the local log with an abort
+    marker where the source has its commit marker, at the same end offset. A slot stays listed
+    until it is used again or its transactional id expires (transactional.id.expiration.ms)."""
+    if not req.options.replay_transactions:
+        return frozenset()
+    try:
+        tids = pool.get(req.local).transactional_ids_in(_ABORTED_STATES)
+    except PartsyncError as e:
+        log.warning("cluster %s: aborted replays not listed, in-sync ends unchecked: %s",
+                    req.local.name, e)  # fmt: skip
+        return frozenset()
+    wanted = set(req.topics)
+    return frozenset(tp for t in tids if (tp := slot_partition(t)) and tp[0] in wanted)
+
+
 def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
     """Plan every requested topic; reads only. Raises ``ClusterError`` when the local cluster is
     unreachable."""
     pool.watch((req.local, *req.sources), req.topics)
+    aborted = _aborted_replays(req, pool)
     out = []
     for topic in req.topics:
         try:
-            out.append(_plan_topic(topic, req, pool))
+            out.append(_plan_topic(topic, req, pool, aborted))
         except (TopicError, ClusterError) as e:
             if e.cluster == req.local.name and isinstance(e, ClusterError) and e.topic is None:
                 raise

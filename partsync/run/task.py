@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
-from partsync.copy.boundary import local_for_plan
+from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
@@ -144,12 +144,14 @@ def copy_round(
     stop: threading.Event | None = None,
     on_plan: Callable[[PartitionPlan], None] | None = None,
     first: bool = False,
+    last_end: int | None = None,
 ) -> tuple[PartitionResult, ProducerSession | None]:
     """One round: re-plan, take the partition over if about to write, copy. Returns the result
     and the session to continue with (None after a failure: the broker's sequence is unknown).
 
     ``first``: the round right after the driver planned, which reuses the plan's bounds up to
-    the fence."""
+    the fence. ``last_end``: where the previous round left the local log (or the driver's plan
+    found it)."""
     local = pool.get(task.local)
     sources = {ref.name: pool.get(ref) for ref in task.sources}
     try:
@@ -189,6 +191,18 @@ def copy_round(
         return _unplanned(task).with_status(Status.ERROR, str(e), e), None
     if on_plan is not None:
         on_plan(plan)
+    if (
+        plan.condition is Condition.IN_SYNC
+        and task.options.replay_transactions
+        and (
+            (session is not None and bool(session.open_txns))
+            or (last_end is not None and plan.local.end != last_end)
+        )
+    ):
+        # A replayed transaction left open, or the local log moved since the last round
+        # without this process: the local coordinator may have aborted a replayed transaction
+        # (a stall past --transaction-timeout), its marker where the source's marker is.
+        plan = checked_in_sync(plan, sources, local, task.options, task.rules)
     if plan.condition is not Condition.BEHIND:
         return _unplanned(task, plan), session
     res = copy_partition(plan, sources, local, task.options, task.rules, progress, stop, session)
@@ -279,6 +293,7 @@ def run_partition(
     merged: PartitionResult | None = None
     failures = 0
     last_start: int | None = None  # where the previous round found the local log ending
+    last_end = task.plan.local.end  # where the previous round (or the plan) left it
     while True:
         reported = after is not None
         if after is not None:
@@ -286,10 +301,13 @@ def run_partition(
         elif hooks.slots is not None:
             with hooks.slots:
                 result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                             on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
+                                             on_plan=hooks.on_plan, first=merged is None,
+                                             last_end=last_end)  # fmt: skip
         else:
             result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                         on_plan=hooks.on_plan, first=merged is None)  # fmt: skip
+                                         on_plan=hooks.on_plan, first=merged is None,
+                                         last_end=last_end)  # fmt: skip
+        last_end = result.local_end_after
         if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
             result = interrupted(result, hooks.handed_over)
         if hooks.on_round is not None and not reported:

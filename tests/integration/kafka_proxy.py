@@ -555,6 +555,9 @@ class _Link:
                 if frame is None:
                     return
                 step = self.proxy._on_request(frame, self)
+                if step.cut_before:
+                    self.shutdown()
+                    return
                 if step.header is not None and step.answered:
                     cid = step.header.correlation_id
                     with self._lock:
@@ -676,6 +679,8 @@ class _Step:
     hold_s: float = 0.0
     answer: Callable[[bytes | None], bytes] = lambda upstream: upstream or b""
     cut_after: bool = False
+    # The connection is cut instead (a fault's request that must never reach the broker).
+    cut_before: bool = False
 
 
 class StrictProxy:
@@ -712,6 +717,7 @@ class StrictProxy:
         # action), and once its request passed with after the answer: (link, correlation id).
         self._hook: tuple[str, int, bool, Callable[[], None]] | None = None
         self._hook_answer: tuple[_Link | None, int, Callable[[], None]] | None = None
+        self._hook_drops = False
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._count = 0
@@ -755,30 +761,40 @@ class StrictProxy:
             self._hook = self._hook_answer = None
 
     def on_request(
-        self, api: str, nth: int, action: Callable[[], None], *, answered: bool = False
+        self,
+        api: str,
+        nth: int,
+        action: Callable[[], None],
+        *,
+        answered: bool = False,
+        dropped: bool = False,
     ) -> None:
         """Run ``action`` (e.g. SIGKILL the client) once, as the ``nth`` ``api`` request from now
-        passes, before the broker gets it (it still does), or (``answered``) right after its
-        answer went to the client."""
+        passes, before the broker gets it (it still does, unless ``dropped``: then the
+        connection is cut instead), or (``answered``) right after its answer went to the
+        client."""
         with self._lock:
             self._hook = (api, self.requests[api] + nth, answered, action)
             self._hook_answer = None
+            self._hook_drops = dropped
 
     def hook_fired(self) -> bool:
         with self._lock:
             return self._hook is None and self._hook_answer is None
 
-    def _fire(self, header: RequestHeader, link: _Link | None) -> None:
-        """``on_request``'s action, if this request is the one."""
+    def _fire(self, header: RequestHeader, link: _Link | None) -> bool:
+        """``on_request``'s action, if this request is the one; whether it is dropped."""
         with self._lock:
             hook = self._hook
             if hook is None or hook[0] != header.api_name or self.requests[hook[0]] != hook[1]:
-                return
+                return False
             self._hook = None
             if hook[2]:
                 self._hook_answer = (link, header.correlation_id, hook[3])
-                return
+                return False
+            dropped = self._hook_drops
         hook[3]()
+        return dropped
 
     def _delivered(self, link: _Link | None, cid: int) -> None:
         with self._lock:
@@ -825,7 +841,8 @@ class StrictProxy:
                 self.produced += check.batches
                 if check.acks != 0:
                     self._track_appends(check, link)
-        self._fire(header, link)
+        if self._fire(header, link):
+            return _Step(header, None, answered=False, cut_before=True)
         if check is not None:
             verdict = self.kafka.on_produce(frame, header, check.batches)
             answered = check.acks != 0

@@ -516,6 +516,96 @@ def _wait_until_no_local_transaction_is_open(local: Broker, topic: str) -> None:
 
 @pytest.mark.faults
 @pytest.mark.kafka_only
+def test_a_replay_aborted_locally_where_the_source_committed_is_never_reported_in_sync(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """A run killed after appending a committed transaction's data, its EndTxn never reaching
+    the local cluster: the local coordinator aborts the transaction after
+    --transaction-timeout, its abort marker at the very offset of the source's commit marker,
+    so both logs end at the same offset. The next run compares the last batches (the local
+    coordinator lists the slot's transaction aborted) and refuses the partition; before, it
+    planned the partition in sync and exited 0."""
+    from tests.integration.test_faults import STALL_BOUND_S, _sync_process
+
+    _source_topic(clusters, topic)
+    a = clusters.bootstrap("a")
+    produce(a, topic, records(5, seed=1), partition=0)
+    _txn(clusters, "a", f"{topic}-t1").begin().send(topic, records(4, seed=2)).commit()
+    end = _source_end(clusters, topic)
+    proxy, local = clusters.proxy, clusters["local"]
+    running: list[Any] = []
+    proxy.on_request("EndTxn", 1, functools.partial(_kill_first, running), dropped=True)
+    running.append(_sync_process(clusters, topic, "a", "--no-group", *REPLAY,
+                                 "--transaction-timeout", "1"))  # fmt: skip
+    _out, err = running[0].communicate(timeout=STALL_BOUND_S)
+    assert proxy.hook_fired() and running[0].returncode == -signal.SIGKILL, err[-2000:]
+    proxy.reset()
+    _wait_until_no_local_transaction_is_open(local, topic)  # the coordinator aborted it
+    assert ends(local, topic, 1)[0] == end
+    mine, theirs = fetch_batches(local, topic, 0)[-1], fetch_batches(clusters["a"], topic, 0)[-1]
+    assert mine.base_offset == theirs.base_offset == end - 1
+    assert (marker_type(mine), marker_type(theirs)) == (0, 1)  # abort here, commit there
+
+    for args in ((), ("--group", f"g-{topic}")):
+        r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY, *args)
+
+        assert r.code == 3, r.stdout + r.stderr
+        e = by_partition(r.json, topic)[0]
+        assert e["status"] == "unsafe" and f"holds offset {end - 1}" in e["reason"], e
+        assert "aborted a replayed transaction" in e["reason"], e
+    plan = psync("plan", "--topic", topic, "--sources", "a", "--json", *REPLAY)
+    p = check_plan(plan.json)[(topic, 0)]
+    assert p["condition"] == "unsafe" and "aborted a replayed transaction" in p["reason"], p
+
+
+@pytest.mark.faults
+@pytest.mark.kafka_only
+def test_a_stalled_follower_whose_replay_was_aborted_locally_reports_the_partition_unsafe(
+    clusters: Clusters, topic: str, tmp_path: Path
+) -> None:
+    """A follower streams an open source transaction, then stalls (SIGSTOP) while the source
+    commits it and the local coordinator aborts its replay (--transaction-timeout): both logs
+    end at the same offset, abort marker here, commit marker there. Resumed, the follower
+    compares the last batches instead of taking the partition for in sync, and reports it
+    unsafe (exit 3 when stopped)."""
+    from tests.integration.test_follow import Follower, _wait
+
+    _source_topic(clusters, topic)
+    produce(clusters.bootstrap("a"), topic, records(5, seed=1), partition=0)
+    # A source timeout within the local one (less its margin): the transaction is streamed.
+    t1 = _txn(clusters, "a", f"{topic}-t1", timeout_ms=1500)
+    local = clusters["local"]
+    f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY,
+                 "--transaction-timeout", "2")  # fmt: skip
+    try:
+        _wait("the follower to catch up", lambda: ends(local, topic, 1)[0] == 5, 60, f.stderr)
+        t1.begin().send(topic, records(4, seed=2, base_timestamp_ms=None))
+        _wait_for_an_open_local_transaction(local, topic)
+        f.proc.send_signal(signal.SIGSTOP)
+        try:
+            t1.commit()
+            end = _source_end(clusters, topic)
+            _wait_until_no_local_transaction_is_open(local, topic)  # the coordinator aborted it
+        finally:
+            f.proc.send_signal(signal.SIGCONT)
+        assert ends(local, topic, 1)[0] == end
+        last = fetch_batches(local, topic, 0)[-1]
+        assert last.base_offset == end - 1 and marker_type(last) == 0, last
+        _wait("the follower to refuse the partition", lambda: _refusals(f) > 0, 60, f.stderr)
+        assert ends(local, topic, 1)[0] == end  # nothing appended after it
+    finally:
+        code = f.stop()
+    assert code == 3, f.stderr()[-3000:]
+    assert "aborted a replayed transaction" in f.stderr(), f.stderr()[-3000:]
+
+
+def _refusals(f: Any) -> float:
+    """The partitions a follower refused so far, as its metrics tell."""
+    return sum(v for (name, _), v in f.scrape().items() if name == "partsync_unsafe_refusals_total")
+
+
+@pytest.mark.faults
+@pytest.mark.kafka_only
 def test_a_killed_replay_not_resumed_in_time_is_reported_where_it_diverges(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:

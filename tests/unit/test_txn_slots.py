@@ -15,6 +15,7 @@ from partsync.copy.producer import (
     ProducerSession,
     fence_slots,
     slot_id,
+    slot_partition,
     take_up_slots,
 )
 
@@ -106,3 +107,21 @@ def test_a_cluster_that_cannot_resume_is_not_asked_and_its_slots_are_initialised
     assert session.slots == {} and session.open_txns == {}
     fence_slots(local, "t", 0, session)  # type: ignore[arg-type]
     assert session.open_txns == {} and len(local.initialised) == TXN_SLOTS
+
+
+@pytest.mark.parametrize(
+    ("tid", "partition"),
+    [
+        (slot_id("orders", 3, 7), ("orders", 3)),
+        (slot_id("a.b-c_d", 0, 0), ("a.b-c_d", 0)),
+        ("partsync:orders:3", None),  # the partition's own id, not a slot
+        ("partsync:orders:x:txn1", None),
+        ("partsync:orders:3:txnx", None),
+        ("other:orders:3:txn1", None),
+        ("app-tx-1", None),
+    ],
+)
+def test_a_slot_id_names_its_partition(tid: str, partition: tuple[str, int] | None) -> None:
+    """The planner finds the partitions whose replay a local coordinator aborted from the
+    transactional ids ListTransactions lists; any other id is not one of them."""
+    assert slot_partition(tid) == partition
