@@ -135,7 +135,7 @@ def _render(report: object) -> None:
 
     assert isinstance(report, CheckReport)
     marks = {Verdict.OK: "[green]ok[/]", Verdict.MISSING: "[bold red]MISSING[/]",
-             Verdict.UNKNOWN: "[yellow]unknown[/]"}  # fmt: skip
+             Verdict.UNKNOWN: "[yellow]unknown[/]", Verdict.WARNING: "[yellow]warning[/]"}  # fmt: skip
     table = WordTable("cluster", "role", "checked", "needs", "result", "why / seen")
     for c in report.clusters:
         if c.error is not None:

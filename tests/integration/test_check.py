@@ -70,6 +70,23 @@ def test_a_ready_run_is_ok_and_check_writes_nothing(
     assert ends(local, topic, 2) == {0: 0, 1: 0}
 
 
+def test_a_warning_is_rendered_in_the_human_table(
+    clusters: Clusters, psync: Callable[..., CliResult], topic: str
+) -> None:
+    """A finding that is only a warning (the topic missing on one of two sources) shows as
+    one in the table (it crashed the human output with a KeyError, exit 1)."""
+    create_topic(clusters.bootstrap("a"), topic, 1)
+    create_topic(clusters.bootstrap("local"), topic, 1)
+
+    r = psync("check", "--topic", topic, "--sources", "a,b", "--no-group")
+
+    assert r.code == 0, r.stdout + r.stderr
+    row = next(line for line in r.stdout.splitlines() if "not on this source" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:2] == ["b", "source"] and cells[4] == "warning", r.stdout
+    assert "ok: every cluster has what the run needs" in r.stderr
+
+
 def test_what_sync_would_fail_on_is_missing_and_exit_1(
     clusters: Clusters, psync: Callable[..., CliResult], topic: str
 ) -> None:
