@@ -215,8 +215,9 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
         ),
         click.option(
             "--sources",
+            # No explicit default: click 8.3+ takes ``default=None`` for a value given, and
+            # would not enforce ``required``.
             required=sources_required,
-            default=None,
             metavar="A,B",
             help="Comma-separated source clusters. " + CLUSTER_HELP,
         ),
@@ -288,6 +289,8 @@ def build_request(
     from partsync.run.planner import SyncRequest
 
     cfg = ctx.config
+    if not sources:
+        raise UsageError("no source cluster: pass --sources A,B")
     srcs = cfg.resolve_list(sources)
     loc = cfg.local_ref(local)
     if loc.name in {s.name for s in srcs} or loc.bootstrap in {s.bootstrap for s in srcs}:

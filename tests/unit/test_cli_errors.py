@@ -103,3 +103,27 @@ def test_exclude_without_any_topic_is_a_usage_error(capsys: pytest.CaptureFixtur
     code = raw_main(["plan", "--exclude", "x.*", "--sources", NOBODY, "--local", "127.0.0.1:2"])
     assert code is ExitStatus.USAGE
     assert "give --topic or --topic-pattern" in _words(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--topic", "orders"],
+        ["sync", "--topic", "orders"],
+        ["sync", "--topic", "orders", "--json"],
+        ["check", "--topic", "orders"],
+        ["diff", "--topic", "orders"],
+        ["offsets", "--topic", "orders", "--group", "app"],
+    ],
+)
+def test_a_missing_source_is_a_usage_error_naming_the_option(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command that reads sources says which option names them, exit 2 (plan and sync
+    crashed with AttributeError, exit 1: click 8.3+ does not enforce ``required`` on an option
+    given ``default=None``)."""
+    assert raw_main(argv) is ExitStatus.USAGE
+    out, err = capsys.readouterr()
+    said = _json(out)["error"]["message"] if "--json" in argv else err
+    assert any(opt in said for opt in ("--sources", "--clusters", "--from")), said
+    assert "Traceback" not in err
