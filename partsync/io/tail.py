@@ -5,7 +5,9 @@ partition's leader at the offset the local log ends at: one Fetch per (leader, t
 all waiting partitions, with ``max_wait_ms`` and ``min_bytes=1``, so the broker answers the
 moment data arrives. A partition with data (or an error worth re-planning for) has its event set;
 the worker then runs a normal verified copy round. The poll asks for little data per partition:
-it is a doorbell, the copy round fetches the batches.
+it is a doorbell, the copy round fetches the batches. What it does get is still reported
+(``on_batch``): the newest data batch an answer holds, whose timestamp the lag in seconds of
+the live metrics is measured with.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from partsync._kafka import LEADER_MOVED_CODES, Connection
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
+from partsync.wire.batch import iter_batches
 
 __all__ = ["Tail"]
 
@@ -25,17 +28,24 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 HighWatermarkFn = Callable[[str, str, int, int], None]  # (source, topic, partition, high watermark)
+# (source, topic, partition, last offset, max timestamp ms) of the newest data batch an answer held
+BatchSeenFn = Callable[[str, str, int, int, int], None]
 
 _DOORBELL_BYTES = 1024
 
 
 class Tail:
     def __init__(
-        self, cluster: Cluster, wait_ms: int = 500, on_high_watermark: HighWatermarkFn | None = None
+        self,
+        cluster: Cluster,
+        wait_ms: int = 500,
+        on_high_watermark: HighWatermarkFn | None = None,
+        on_batch: BatchSeenFn | None = None,
     ) -> None:
         self.cluster = cluster
         self.wait_ms = max(1, wait_ms)
         self.on_high_watermark = on_high_watermark
+        self.on_batch = on_batch
         self._waiting: dict[TopicPartition, tuple[int, threading.Event]] = {}
         self._cv = threading.Condition()
         self._closed = False
@@ -110,6 +120,19 @@ class Tail:
         for c in self._conns.values():
             c.close()
 
+    def _report_batch(self, topic: str, p: int, want: int, records: bytes | memoryview) -> None:
+        """The newest whole data batch at or beyond ``want`` in a doorbell answer (a batch the
+        answer cut short, or only control batches: nothing)."""
+        newest = None
+        try:
+            for b in iter_batches(records, start=want):
+                if not b.is_control and b.max_timestamp >= 0:
+                    newest = b
+        except PartsyncError:  # a damaged answer: the copy round finds and reports it
+            return
+        if newest is not None and self.on_batch is not None:
+            self.on_batch(self.cluster.name, topic, p, newest.last_offset, newest.max_timestamp)
+
     def _poll(self, snapshot: dict[TopicPartition, tuple[int, threading.Event]]) -> None:
         groups: dict[tuple[int, str], list[tuple[int, int, int]]] = defaultdict(list)
         for (topic, p), (offset, _ev) in snapshot.items():
@@ -136,6 +159,8 @@ class Tail:
                     continue
                 if self.on_high_watermark is not None:
                     self.on_high_watermark(self.cluster.name, topic, p, fp.high_watermark)
+                if self.on_batch is not None and fp.records:
+                    self._report_batch(topic, p, want, fp.records)
                 if fp.records or fp.high_watermark > want:
                     self._ring((topic, p), want)
         if stale:

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 _RECHECK_S = 30.0  # a caught-up worker re-reads bounds this often even if no doorbell rang
+_HEARTBEAT_S = 1.0  # how often the control loop tells the observer it runs (liveness)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,14 @@ class RunObserver(Protocol):
 
     def source_high_watermark(self, source: str, topic: str, partition: int, hw: int) -> None: ...
 
+    def source_batch(
+        self, source: str, topic: str, partition: int, last_offset: int, max_timestamp: int
+    ) -> None: ...
+
+    def heartbeat(self, last_progress: float) -> None:
+        """The control loop's tick (about once a second), with the monotonic time of the
+        latest verified append (``PartitionRunner.progressed``)."""
+
     def watch_group(self, member: GroupMember) -> None: ...
 
 
@@ -108,8 +117,11 @@ class _Worker:
             wait_for_data=self._wait_for_data if r.opts.follow else None,
             handed_over=lambda: not r.stop.is_set(),
         )
+        # With an observer, each verified append also stamps the runner's progress (liveness):
+        # a field update per batch, read by the control loop.
+        progress = self._progress if r.observer else r.progress
         try:
-            run_partition(self.task, r.pool, progress=r.progress, stop=self.stop, hooks=hooks,
+            run_partition(self.task, r.pool, progress=progress, stop=self.stop, hooks=hooks,
                           after=self.after)  # fmt: skip
         except Exception as e:  # pragma: no cover - a bug; report it on the partition
             log.exception("worker %s-%d crashed", *self.tp)
@@ -122,6 +134,12 @@ class _Worker:
                 self.finished.set()
                 r._running -= 1
             r.wake.set()
+
+    def _progress(self, topic: str, partition: int, size: int, next_offset: int) -> None:
+        r = self.runner
+        r.progressed = time.monotonic()
+        if r.progress is not None:
+            r.progress(topic, partition, size, next_offset)
 
     def _wait_for_data(self, offset: int) -> None:
         self.doorbell.clear()
@@ -189,12 +207,14 @@ class PartitionRunner:
         self._closing = False
         # The partitions this process owns now (the group's assignments, less its revokes).
         self._owned: set[TopicPartition] = set()
+        self.progressed = time.monotonic()  # the latest verified append (liveness)
         self.tails: dict[str, Tail] = {}
         if opts.follow:
             on_hw = observer.source_high_watermark if observer else None
+            on_batch = observer.source_batch if observer else None
             refs = {ref.name: ref for t in tasks for ref in t.sources}
             for name, ref in refs.items():
-                self.tails[name] = Tail(pool.get(ref), opts.follow_wait_ms, on_hw)
+                self.tails[name] = Tail(pool.get(ref), opts.follow_wait_ms, on_hw, on_batch)
 
     # -- GroupListener ------------------------------------------------------------------
 
@@ -442,8 +462,12 @@ class PartitionRunner:
             if self.watch is not None:
                 threading.Thread(target=self._watch_topics, name="topic-watch",
                                  daemon=True).start()  # fmt: skip
+            beat = 0.0
             while not self.stop.is_set():
                 self.wake.clear()
+                if self.observer is not None and time.monotonic() - beat >= _HEARTBEAT_S:
+                    beat = time.monotonic()
+                    self.observer.heartbeat(self.progressed)
                 if member is not None and not member.alive:
                     fatal = member.error
                     break

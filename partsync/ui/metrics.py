@@ -13,7 +13,15 @@ collector never reads half a file. The last successful sync time of each partiti
 that fail: it is carried over from the previous file.
 
 ``LiveMetrics`` is what a long-running process updates as it goes (counters since start, lag as
-last seen) and ``serve_metrics`` serves it at ``/metrics``.
+last seen) and ``serve_metrics`` serves it at ``/metrics``, with ``/healthz`` and ``/readyz``
+decided by ``ui.health`` from the facts ``LiveMetrics`` gathers.
+
+Lag in seconds (follow mode) is measured with the batches the sources' long poll sees (``io.tail``
+reports the newest data batch of each answer, at the mirror's end): the source's newest data
+timestamp is the max timestamp of the newest batch the poll saw, the mirror's is the max
+timestamp of the newest such batch that the local log end has since passed. 0 while the
+partition is caught up as last seen; unknown (no sample) while it is behind and the poll has not
+seen a batch beyond the mirror's end, or no batch the poll saw was copied yet (after a start).
 
 Lag in bytes is an estimate: Kafka exposes no byte position, so it is the lag in offsets times
 the partition's mean batch bytes per offset, as measured on what was copied.
@@ -23,24 +31,28 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server, write_to_textfile
-from prometheus_client.exposition import generate_latest
+from prometheus_client import write_to_textfile
+from prometheus_client.exposition import generate_latest, make_wsgi_app
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status, SyncReport
+from partsync.ui.health import Health, HealthFacts, decide
 
 __all__ = [
     "GroupState",
+    "Health",
     "LiveMetrics",
     "MetricsServer",
     "read_last_success",
@@ -243,6 +255,9 @@ class GroupState(Protocol):
     @property
     def rebalances(self) -> int: ...
 
+    @property
+    def joined(self) -> threading.Event: ...
+
 
 class LiveMetrics(Collector):
     """Metrics of a long-running process (follow mode), updated by its workers.
@@ -264,6 +279,16 @@ class LiveMetrics(Collector):
         self.last_success: dict[tuple[str, int], float] = {}
         self.owned: set[tuple[str, int]] = set()
         self._member: GroupState | None = None  # for generation / rebalances
+        # Lag in seconds: the newest data batch the sources' long poll saw, as (last offset,
+        # max timestamp ms), and the max timestamp of the newest one the mirror's end passed.
+        self.seen: dict[tuple[str, int], tuple[int, int]] = {}
+        self.mirror_timestamp: dict[tuple[str, int], int] = {}
+        # Health (monotonic clock): the runner's tick, the latest progress, the first assignment.
+        self._mono_started = time.monotonic()
+        self._last_tick: float | None = None
+        self._last_progress: float | None = None
+        self._assigned = False
+        self._was_ready = False
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -279,19 +304,70 @@ class LiveMetrics(Collector):
             ends = self.source_end.setdefault(key, {})
             for name, b in plan.sources.items():
                 ends[name] = b.end
+            self._copied_seen(key)
+            self._last_progress = time.monotonic()
 
     def source_high_watermark(self, source: str, topic: str, partition: int, hw: int) -> None:
+        """A source's long poll answered (an idle one too: progress for liveness)."""
         with self._lock:
             self.source_end.setdefault((topic, partition), {})[source] = hw
+            self._last_progress = time.monotonic()
+
+    def source_batch(
+        self, source: str, topic: str, partition: int, last_offset: int, max_timestamp: int
+    ) -> None:
+        """The newest data batch a source's long poll saw (beyond the mirror's end then)."""
+        key = (topic, partition)
+        with self._lock:
+            old = self.seen.get(key)
+            if old is None or last_offset > old[0]:
+                self.seen[key] = (last_offset, max_timestamp)
+            self._copied_seen(key)
+
+    def _copied_seen(self, key: tuple[str, int]) -> None:
+        """The batch the poll saw is on the mirror once the local end passed it (under the lock)."""
+        seen, end = self.seen.get(key), self.local_end.get(key)
+        if seen is not None and end is not None and end > seen[0]:
+            self.mirror_timestamp[key] = max(seen[1], self.mirror_timestamp.get(key, seen[1]))
 
     def set_owned(self, parts: Iterable[tuple[str, int]]) -> None:
         with self._lock:
             self.owned = set(parts)
+            self._assigned = True
+            self._last_progress = time.monotonic()
+
+    def heartbeat(self, last_progress: float) -> None:
+        """The runner's control loop ticks, with its latest verified append (monotonic)."""
+        with self._lock:
+            self._last_tick = time.monotonic()
+            self._last_progress = max(self._last_progress or last_progress, last_progress)
+
+    def health(self, now: float | None = None) -> Health:
+        """Live and ready now (``ui.health``); readiness latches once answered."""
+        with self._lock:
+            m = self._member
+            facts = HealthFacts(
+                now=time.monotonic() if now is None else now,
+                started=self._mono_started,
+                in_group=m is not None,
+                joined=m is not None and m.joined.is_set(),
+                assigned=self._assigned,
+                unplanned=len(self.owned - self.local_end.keys()),
+                owned=len(self.owned),
+                last_tick=self._last_tick,
+                last_progress=self._last_progress,
+                was_ready=self._was_ready,
+            )
+            verdict = decide(facts)
+            self._was_ready = self._was_ready or verdict.ready
+        return verdict
 
     def observe(self, r: PartitionResult) -> None:
         key = (r.topic, r.partition)
         with self._lock:
+            self._last_progress = time.monotonic()
             self.local_end[key] = r.local_end_after
+            self._copied_seen(key)
             self.status[key] = r.status.value
             for s, n in r.bytes_by_source.items():
                 self.copied_bytes[(*key, s)] = self.copied_bytes.get((*key, s), 0) + n
@@ -347,6 +423,16 @@ class LiveMetrics(Collector):
                 for k, v in sorted(lag.items())
                 if k in self.bytes_per_offset
             ),
+        )
+        yield _gauge(
+            "partsync_partition_lag_seconds",
+            "Source's newest data timestamp minus the mirror's, in seconds, as the sources' long "
+            "poll saw them: max timestamp of the newest batch the poll saw beyond the mirror's "
+            "end, minus that of the newest such batch since copied. 0 while caught up as last "
+            "seen; no sample while behind without both (no batch seen yet, or none copied yet "
+            "since start).",
+            _TP,
+            ((lp(k), v) for k in sorted(lag) if (v := self._lag_seconds(k, lag[k])) is not None),
         )
         yield _gauge(
             "partsync_partition_local_end_offset",
@@ -424,6 +510,14 @@ class LiveMetrics(Collector):
             [((), round(self.started, 3))],
         )
 
+    def _lag_seconds(self, key: tuple[str, int], lag_records: int) -> float | None:
+        if lag_records == 0:
+            return 0.0
+        seen, mirror = self.seen.get(key), self.mirror_timestamp.get(key)
+        if seen is None or mirror is None or seen[0] < self.local_end.get(key, 0):
+            return None  # nothing seen beyond the mirror's end, or nothing seen copied yet
+        return max(0, seen[1] - mirror) / 1000
+
 
 class MetricsServer:
     """The HTTP server ``serve_metrics`` started: ``server_address`` is where it listens (the
@@ -444,7 +538,47 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds up shutdown
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no line per scrape on stderr
+
+
+_Start = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def _app(metrics: LiveMetrics) -> Callable[[dict[str, Any], _Start], list[bytes]]:
+    """``/metrics`` (prometheus_client's app), ``/healthz`` and ``/readyz`` (200 "ok", or 503
+    with the reason), as plain text."""
+    prom = make_wsgi_app(metrics.registry)
+
+    def app(environ: dict[str, Any], start: _Start) -> list[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path not in ("/healthz", "/readyz"):
+            return prom(environ, start)  # type: ignore[no-any-return]
+        h = metrics.health()
+        ok, reason = (h.live, h.live_reason) if path == "/healthz" else (h.ready, h.ready_reason)
+        body = (reason + "\n").encode()
+        start("200 OK" if ok else "503 Service Unavailable",
+              [("Content-Type", "text/plain; charset=utf-8"),
+               ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    return app
+
+
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "0.0.0.0") -> MetricsServer:
-    """Serve ``metrics`` at http://host:port/metrics from a daemon thread; ``shutdown()`` stops."""
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    """Serve ``metrics`` at http://host:port/metrics, and ``/healthz`` and ``/readyz``, from a
+    daemon thread; ``shutdown()`` stops."""
+    cls = _Server6 if ":" in host else _Server
+    server = make_server(host, port, _app(metrics), cls, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True)
+    thread.start()
     return MetricsServer(server, thread)
