@@ -61,6 +61,43 @@ class WordTable(Table):
         for column, cell in zip(self.columns, renderables, strict=False):
             self._widen(column, cell)
 
+    def fit(self, width: int) -> bool:
+        """Fix each column's width so that the table is at most ``width`` cells wide, no column
+        narrower than its longest word; False where even that is too wide. Rich's own layout
+        shrinks the widest columns first, below their longest word, so a table whose measured
+        minimum fits could still be cut at the right edge."""
+        cols = self.columns
+        if not cols:
+            return True
+        edges = (len(cols) + 1) if self.box and self.show_edge else max(0, len(cols) - 1)
+        room = width - edges - sum(sum(self.padding[1::2]) for _ in cols)
+        mins = [c.min_width or 0 for c in cols]
+        maxs = [max(m, self._widest(i)) for i, m in enumerate(mins)]
+        if sum(mins) > room:
+            return False
+        if sum(maxs) > room:
+            spare = room - sum(mins)
+            give = [mx - mn for mn, mx in zip(mins, maxs, strict=True)]
+            total = sum(give)
+            widths = [mn + g * spare // total for mn, g in zip(mins, give, strict=True)]
+            for i in sorted(range(len(cols)), key=lambda i: give[i], reverse=True):
+                if sum(widths) >= room:
+                    break
+                if widths[i] < maxs[i]:
+                    widths[i] += 1
+            for c, w in zip(cols, widths, strict=True):
+                c.width = w
+        return True
+
+    def _widest(self, i: int) -> int:
+        """The widest line of column ``i``'s header and cells, unwrapped."""
+        cells = [self.columns[i].header, *(r[i] for r in self.records if i < len(r))]
+        widest = 0
+        for cell in cells:
+            text = Text.from_markup(cell) if isinstance(cell, str) else Text(str(cell))
+            widest = max([widest, *(cell_len(line) for line in text.plain.splitlines())])
+        return widest
+
     def print_records(self, console: Console) -> None:
         if self.title:
             console.print(Text.from_markup(str(self.title)))
@@ -90,7 +127,7 @@ def print_table(table: Table, console: Console | None = None) -> None:
     if not console.is_terminal:
         width = max(console.width, need.maximum)
         console = Console(file=console.file, width=width, color_system=None)
-    elif isinstance(table, WordTable) and need.minimum > console.width:
+    elif isinstance(table, WordTable) and not table.fit(console.width):
         table.print_records(console)
         return
     console.print(table)

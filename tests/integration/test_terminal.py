@@ -5,6 +5,7 @@ prints whole lines without colour."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import pty
 import re
@@ -100,3 +101,27 @@ def test_tables_fit_an_80_column_terminal_and_pipes_get_whole_plain_lines(
     # The progress bar was on screen: a phase, then the offsets copied of the total.
     assert "3,705/3,705 offsets" in text and "3/3 partitions" in text, text
     assert "status: synced" in text or "synced" in text
+    _rows_whole(lines)
+
+    # A short topic name: the sync table's 8 columns fit 80 columns only with each narrowed to
+    # its longest word, which Rich's own layout does not do (it cut the right edge off).
+    short = "t" + hashlib.sha1(topic.encode()).hexdigest()[:8]
+    for where in (a, b, local):
+        create_topic(where, short, 3)
+    for p in range(3):
+        produce(b if p else a, short, records(40_000 + p, seed=p), partition=p)
+    code, screen = run_in_terminal("--config", cfg, "sync", "--topic", short, "--sources", "a,b")
+    assert code == 0, screen
+    lines = _visible(screen)
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    _rows_whole(lines)
+    assert any("┃ source" in line for line in lines), "\n".join(lines)
+
+
+def _rows_whole(lines: list[str]) -> None:
+    """Every line of a table ends with its right border: nothing cut at the terminal's edge."""
+    ends = {"┏": "┓", "┃": "┃", "┡": "┩", "│": "│", "└": "┘"}
+    for line in lines:
+        body = line.rstrip()
+        if body[:1] in ends:
+            assert body.endswith(ends[body[0]]), "\n".join(lines)
