@@ -23,7 +23,12 @@ from typing import Any, NamedTuple, Self
 from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
-from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.admin.groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -150,6 +155,8 @@ _PREFERRED = {
     "OffsetFetch": (OffsetFetchRequest, OffsetFetchResponse, 1, 7),
     "OffsetCommit": (OffsetCommitRequest, OffsetCommitResponse, 2, 8),
     "DescribeGroups": (DescribeGroupsRequest, DescribeGroupsResponse, 0, 5),
+    # Whether a group exists at all (``partsync offsets``: a mistyped group is an error).
+    "ListGroups": (ListGroupsRequest, ListGroupsResponse, 0, 4),
     # ``partsync check`` only: what this client may do (KIP-430), and the ACLs where permitted.
     "DescribeCluster": (DescribeClusterRequest, DescribeClusterResponse, 0, 1),
     "DescribeAcls": (DescribeAclsRequest, DescribeAclsResponse, 1, 3),

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.admin.groups import DescribeGroupsRequest
+from kafka.protocol.admin.groups import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -300,6 +300,11 @@ class GroupRequests:
             if cg.error_code not in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
                 return cg.error_code, cg.state, len(cg.members)
         return code, state, members
+
+    def list_groups(self) -> tuple[int, set[str]]:
+        """(error code, ids of the groups this broker coordinates), as ListGroups lists them."""
+        resp = self.call("ListGroups", ListGroupsRequest(states_filter=[], types_filter=[]))
+        return int(resp.error_code), {str(g.group_id) for g in resp.groups}
 
     def offset_fetch(
         self, group: str, topic: str, partitions: list[int]

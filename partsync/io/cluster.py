@@ -914,6 +914,21 @@ class Cluster:
                 return found[producer_id]
         return None
 
+    def has_group(self, group: str) -> bool | None:
+        """Whether any broker lists ``group`` (ListGroups on each: a group is listed by its
+        coordinator while it has members or committed offsets); None where a broker does not
+        offer ListGroups or does not answer it."""
+        for node in sorted(self.metadata().brokers):
+            conn = self.broker_conn(node)
+            if not conn.supports("ListGroups"):
+                return None
+            code, groups = conn.list_groups()
+            if code:
+                return None
+            if group in groups:
+                return True
+        return False
+
     def transactional_ids_in(self, states: list[str]) -> set[str]:
         """The transactional ids whose transaction is in one of ``states`` (e.g.
         ``CompleteAbort``), as every broker's ListTransactions lists those it coordinates and

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import GROUP_KEY, Connection, broker_error
+from partsync._kafka import GROUP_KEY, Connection, ErrorCode, broker_error
 from partsync.errors import ClusterError, ExitStatus, TopicError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.reader import read_batches
@@ -63,7 +63,7 @@ class OffsetCopy:
 class GroupOffsets:
     group: str
     partitions: tuple[OffsetCopy, ...] = ()
-    status: str = "copied"  # copied, refused, error
+    status: str = "copied"  # copied, no-commits, not-found, refused, error
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,7 +85,7 @@ class OffsetsReport:
         statuses = {g.status for g in self.groups}
         if "refused" in statuses:
             return ExitStatus.UNSAFE
-        if "error" in statuses:
+        if statuses & {"error", "not-found"}:
             return ExitStatus.FAILURE
         return ExitStatus.OK
 
@@ -140,10 +140,38 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
                     if err:
                         raise broker_error(err, f"committing group {group!r}'s offset",
                                            cluster=local.name, topic=topic, partition=p)  # fmt: skip
-        return GroupOffsets(group, tuple(copies))
+        if any(c.source_offset is not None for c in copies):
+            return GroupOffsets(group, tuple(copies))
+        return _nothing_committed(source_coord, source, group, topics, tuple(copies))
     finally:
         local_coord.close()
         source_coord.close()
+
+
+def _nothing_committed(
+    coord: Connection,
+    source: Cluster,
+    group: str,
+    topics: Sequence[str],
+    copies: tuple[OffsetCopy, ...],
+) -> GroupOffsets:
+    """A group without a commit on any partition asked for: unknown to the source (a typo
+    must not look like success: ``not-found``, exit 1), or known with nothing committed for
+    these topics (``no-commits``: nothing to copy, said so)."""
+    listed = source.has_group(group)
+    code, state, _members = coord.describe_group(group)
+    # Kafka describes an unknown group as Dead (or GROUP_ID_NOT_FOUND); others say Empty.
+    unknown = code == ErrorCode.GROUP_ID_NOT_FOUND or (not code and state.lower() == "dead")
+    if listed is False or (listed is None and unknown):
+        return GroupOffsets(group, copies, status="not-found",
+                            reason=f"cluster {source.name} has no group {group!r} (no members, "
+                                   "no committed offsets): check the group's name")  # fmt: skip
+    if code:
+        raise broker_error(code, f"describing group {group!r}", cluster=source.name)
+    return GroupOffsets(group, copies, status="no-commits",
+                        reason=f"group {group!r} has no committed offset for "
+                               f"{', '.join(topics)} on cluster {source.name} (state {state}): "
+                               "nothing copied")  # fmt: skip
 
 
 def copy_group_offsets(

@@ -137,6 +137,31 @@ def test_a_commit_beyond_the_local_end_is_clamped_and_reported(
     assert got[0]["status"] == got[2]["status"] == "no-commit", got
 
 
+def test_a_group_the_source_does_not_know_is_an_error_not_a_copy(
+    clusters: Clusters, psync: Run, mirrored: str
+) -> None:
+    """A mistyped group (nothing committed, no members on --from) is `not-found`, exit 1,
+    naming the cluster and the group; it was reported `copied`, exit 0. A group the source
+    knows with nothing committed for these topics is `no-commits`, exit 0, saying so."""
+    topic, group = mirrored, f"{mirrored}-app"
+    other = f"{topic}-other"
+    create_topic(clusters.bootstrap("a"), other, 1)
+    _commit(clusters.bootstrap("a"), group, other, {0: 0})
+
+    r = psync("offsets", "--topic", topic, "--from", "a", "--group", f"{group}-typo", "--json")
+
+    assert r.code == 1, r.stdout + r.stderr
+    [g] = r.json["groups"]
+    assert g["status"] == "not-found", g
+    assert "cluster a has no group" in g["reason"] and f"{group}-typo" in g["reason"], g
+    assert {p["status"] for p in g["partitions"]} == {"no-commit"}
+
+    r = psync("offsets", "--topic", topic, "--from", "a", "--group", group)
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert "no-commits: group" in r.stderr and "nothing copied" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_group_with_live_members_on_the_local_cluster_is_refused(
     clusters: Clusters, psync: Run, mirrored: str, protocol: str, broker_mode: str
