@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from partsync.config import check_files
@@ -40,8 +42,20 @@ def demo(records: int, keep: bool) -> None:
 
     from partsync.demo import run_demo
 
-    raise Exit(run_demo(records_per_partition=records, keep=keep, console=Console(),
-                        err=stderr.console))  # fmt: skip
+    # SIGTERM stops the demo as Ctrl-C does, so its brokers are stopped and their temporary
+    # directories removed (its default action would end the process and leave them running).
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        status = run_demo(records_per_partition=records, keep=keep, console=Console(),
+                          err=stderr.console)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    raise Exit(status)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 DIFF_EXIT_CODES_HELP = """\b
