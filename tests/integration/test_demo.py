@@ -55,7 +55,7 @@ def test_sigterm_stops_a_kept_demo_and_its_brokers(tmp_path: Path) -> None:
         line = proc.stderr.readline()
         assert line and time.monotonic() < deadline, f"the demo ended or hung:\n{seen[-3000:]}"
         seen += line
-    addresses = re.findall(r"^\s+dc\d: (\S+):(\d+)$", seen, re.M)
+    addresses = re.findall(r"^\s+dc\d: (\S+):(\d+)$", seen, re.MULTILINE)
     assert len(addresses) == 3, seen
     assert not any(_refused(h, int(p)) for h, p in addresses)
     assert [d.name for d in tmp_path.iterdir()], "the brokers' directories"
