@@ -9,15 +9,21 @@ it runs again (SIGCONT) it reports the lag the source built up meanwhile, and
 --max-bytes-per-sec so the catch-up outlasts the alerts' evaluation). The data is stamped by the
 test (an hour apart), so the lag in seconds does not depend on the clock.
 
+The follower runs without a group (--no-group): a group member stopped longer than its session
+would lose its partitions, and the process resuming them without a long poll first would have
+no lag in seconds to report; which of the two happens would depend on how long the stop took.
+
 Also: the follower's /healthz and /readyz answer 200 once it follows.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -140,6 +146,23 @@ def short_for_rules(path: Path) -> Path:
     return path
 
 
+class GrouplessFollower(Follower):
+    """``test_follow``'s follower, without a group."""
+
+    def __init__(self, cfg: Path, topic: str, log: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.log = log
+        argv = [
+            sys.executable, "-m", "partsync", "--config", str(cfg), "-v", "sync",
+            "--topic", topic, "--sources", "a", "--follow", "--no-group",
+            "--follow-wait-ms", "200", "--metrics-port", str(self.port),
+            "--metrics-host", "127.0.0.1", *extra,
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+        self._err = log.open("w")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
+
+
 @pytest.fixture
 def procs() -> Iterator[list[Any]]:
     """Followers and Prometheis to end whatever happens (a stopped follower is continued first)."""
@@ -167,8 +190,8 @@ def test_prometheus_scraping_a_follower_fires_the_shipped_alerts_when_it_stops_w
     create_topic(source_a.bootstrap, topic, 1)
     produce(source_a.bootstrap, topic, make_records(50, seed=1, partition=0,
                                                     base_timestamp_ms=BASE_TIMESTAMP_MS))  # fmt: skip
-    follower = Follower(config, topic, f"prom-{topic}", tmp_path / "follower.log",
-                        "--create-missing", "--max-bytes-per-sec", "20000")  # fmt: skip
+    follower = GrouplessFollower(config, topic, tmp_path / "follower.log",
+                                 "--create-missing", "--max-bytes-per-sec", "20000")  # fmt: skip
     procs.append(follower)
     base = f"http://127.0.0.1:{follower.port}"
 
