@@ -419,8 +419,8 @@ def sync(
     from partsync.run.planner import apply_topic_changes, plan_topics, resolve_topics
     from partsync.run.runner import RunOptions
     from partsync.run.sync import default_group, run_job
+    from partsync.ui.progress import CopyProgress
     from partsync.ui.render import (
-        CopyProgress,
         print_table,
         report_notes,
         report_table,

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -19,7 +16,6 @@ from partsync.plan.results import Status, SyncReport
 from partsync.run.planner import TopicPlan
 
 __all__ = [
-    "CopyProgress",
     "human_bytes",
     "plan_notes",
     "plan_table",
@@ -314,63 +310,3 @@ def summary_line(report: SyncReport) -> str:
     if any(p.status is Status.UNSAFE for p in parts):
         line += "; unsafe partitions were left untouched at the point shown"
     return line
-
-
-class CopyProgress:
-    """A progress bar on stderr, fed by the copier's callback from many threads: what the run
-    is doing (``phase``) until the first bytes arrive, then offsets copied of all, bytes and
-    bytes per second, partitions caught up of those behind, and the time left."""
-
-    def __init__(self, console: Console, total_offsets: int, phase: str = "starting") -> None:
-        self._lock = threading.Lock()
-        self._last: dict[tuple[str, int], int] = {}
-        self._targets: dict[tuple[str, int], int] = {}
-        self._progress = Progress(
-            TextColumn("{task.fields[phase]}"),
-            BarColumn(),
-            TextColumn("{task.completed:,.0f}/{task.total:,.0f} offsets"),
-            TextColumn("{task.fields[copied]}"),
-            TextColumn("{task.fields[parts]}"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        )
-        self._task = self._progress.add_task("copy", total=total_offsets, copied="", parts="",
-                                             phase=f"{phase}…")  # fmt: skip
-        self._bytes = 0
-        self._started: float | None = None  # when the first bytes arrived
-        self._done = 0
-
-    def start(
-        self, starts: dict[tuple[str, int], int], targets: dict[tuple[str, int], int] | None = None
-    ) -> None:
-        """``starts``: each partition's local end; ``targets``: where the ones behind end."""
-        self._last = dict(starts)
-        self._targets = dict(targets or {})
-        self._done = sum(1 for k, t in self._targets.items() if self._last.get(k, 0) >= t)
-        self._progress.update(self._task, parts=self._parts())
-        self._progress.start()
-
-    def _parts(self) -> str:
-        return f"{self._done}/{len(self._targets)} partitions" if self._targets else ""
-
-    def __call__(self, topic: str, partition: int, nbytes: int, next_offset: int) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if self._started is None:
-                self._started = now
-            key = (topic, partition)
-            before = self._last.get(key, next_offset)
-            self._last[key] = next_offset
-            target = self._targets.get(key)
-            if target is not None and before < target <= next_offset:
-                self._done += 1
-            self._bytes += nbytes
-            elapsed = now - self._started
-            rate = f" {human_bytes(self._bytes / elapsed)}/s" if elapsed >= 1 else ""
-            self._progress.update(self._task, advance=max(0, next_offset - before),
-                                  copied=human_bytes(self._bytes) + rate, parts=self._parts(),
-                                  phase="copying")  # fmt: skip
-
-    def stop(self) -> None:
-        self._progress.stop()

@@ -125,3 +125,43 @@ def _rows_whole(lines: list[str]) -> None:
         body = line.rstrip()
         if body[:1] in ends:
             assert body.endswith(ends[body[0]]), "\n".join(lines)
+
+
+_SHOWN = re.compile(
+    r"copying .*? ([\d,]+)/[\d,]+ offsets +[\d.]+ \w+(?: ([\d.]+) (\w+)/s)?"
+    r".* (\d+:\d\d:\d\d|-:--:--)\s*$"
+)
+
+
+def test_the_progress_bar_moves_and_its_time_left_counts_down(
+    clusters: Clusters, topic: str
+) -> None:
+    """Under --max-bytes-per-sec, where one append can carry a whole partition: the time left
+    counts down between appends (it sat still, e.g. at 0:00:01 for seconds), and the rate shown
+    is that of the last seconds, near the limit (the first append's bytes over the time since
+    it landed showed twice the limit; ``RateWindow``'s table tests pin the formula)."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    for where in (a, local):
+        create_topic(where, topic, 3)
+    for p in range(3):
+        produce(a, topic, records(30_000, seed=p), partition=p)
+    limit = 1_500_000
+    code, screen = run_in_terminal("--config", str(clusters.config), "sync", "--topic", topic,
+                                   "--sources", "a", "--no-group",
+                                   "--max-bytes-per-sec", str(limit))  # fmt: skip
+    assert code == 0, screen
+    lines = _visible(screen)
+    frames = [(int(m.group(1).replace(",", "")), m.group(4), m.group(2) and float(m.group(2))
+               * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[m.group(3)])
+              for line in lines if (m := _SHOWN.search(line))]  # fmt: skip
+    shown = "\n".join(line for line in lines if "copying" in line)
+    assert len({done for done, _, _ in frames}) >= 3, shown  # the bar moved
+    # Between two appends (same offsets copied), the time left went down.
+    ticks = {}
+    for done, left, _ in frames:
+        if left != "-:--:--":
+            ticks.setdefault(done, []).append(left)
+    assert any(len(set(seen)) > 1 and seen == sorted(seen, reverse=True)
+               for seen in ticks.values()), shown  # fmt: skip
+    rates = [rate for _, _, rate in frames if rate]
+    assert rates and max(rates) <= 1.5 * limit, shown
