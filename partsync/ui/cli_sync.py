@@ -560,11 +560,12 @@ def sync(
         emit_json(doc)
     else:
         print_table(report_table(report))
-        for note in report_notes(report):
-            stderr.print(note, highlight=False, markup=False)
+        # The warnings first: they explain the refusals and errors below them.
         for tr in report.topics:
             for w in tr.warnings:
                 stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+        for note in report_notes(report):
+            stderr.print(note, highlight=False, markup=False)
         stderr.print(summary_line(report), highlight=False)
     if outcome.fatal is not None:
         stderr.print(f"[red]error:[/] {outcome.fatal}", highlight=False)

@@ -266,12 +266,13 @@ def report_table(report: SyncReport) -> Table:
                 if p.local_end_before == p.local_end_after
                 else f"{p.local_end_before}->{p.local_end_after}"
             )
+            whole = p.partition < 0  # a topic refused or failed before its partitions were read
             t.add_row(
                 p.topic,
-                "*" if p.partition < 0 else str(p.partition),
+                "*" if whole else str(p.partition),
                 _styled(p.status.value),
-                ends,
-                str(p.target_end),
+                "-" if whole else ends,
+                "-" if whole else str(p.target_end),
                 str(p.batches),
                 human_bytes(p.bytes),
                 by or "-",

@@ -108,6 +108,27 @@ def test_partition_count_differs_from_local(clusters: Clusters, psync: Run, topi
     assert plan.code == 3 and "partition counts differ" in plan.json["topics"][0]["refused"]
 
 
+def test_a_whole_topic_row_shows_no_ends_and_its_warnings_come_first(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """A topic failed as a whole (on no source) is one row without local end or target (it
+    showed 0 and 0 while the local topic held data), and the warning that explains it comes
+    before the error line (it came after)."""
+    create_topic(clusters.bootstrap("local"), topic, 1)
+    produce(clusters.bootstrap("local"), topic, records(30, seed=1), partition=0)
+
+    r = psync("sync", "--topic", topic, "--sources", "a")
+
+    assert r.code == 1, r.stdout + r.stderr
+    [row] = [line for line in r.stdout.splitlines() if "error" in line]
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[1:5] == ["*", "error", "-", "-"], r.stdout
+    said = r.stderr.splitlines()
+    warned = next(i for i, line in enumerate(said) if line.startswith("warning:"))
+    failed = next(i for i, line in enumerate(said) if line.startswith("error:"))
+    assert warned < failed and "does not exist on source a" in said[warned], r.stderr
+
+
 def test_partition_count_differs_between_sources(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
