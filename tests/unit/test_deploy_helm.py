@@ -59,8 +59,11 @@ def rendered() -> dict[str, dict[str, Any]]:
 
 
 def _container(rendered: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    (container,) = rendered["Deployment"]["spec"]["template"]["spec"]["containers"]
-    return container
+    containers: list[dict[str, Any]] = rendered["Deployment"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert len(containers) == 1
+    return containers[0]
 
 
 def test_helm_lint_passes() -> None:
