@@ -38,7 +38,7 @@ with warnings.catch_warnings():
 BASE_TS = 1_700_000_000_000
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-# Batch v2 header: see shared KAFKA-FACTS.md.
+# Batch v2 header (Kafka's DefaultRecordBatch).
 _HEADER = struct.Struct(
     ">q"  # baseOffset
     "i"  # batchLength

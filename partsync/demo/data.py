@@ -31,7 +31,7 @@ __all__ = [
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Record timestamps from make_records start here (2023-11-14): fixed, so data is deterministic.
 BASE_TIMESTAMP_MS = 1_700_000_000_000
-# Without these noida evicts a partition's oldest data past roughly 1 MB (KAFKA-FACTS.md), and
+# Without these noida evicts a partition's oldest data past roughly 1 MB (its default), and
 # Kafka's 7-day default deletes records stamped from BASE_TIMESTAMP_MS at its next retention
 # check.
 UNLIMITED_RETENTION = {"retention.bytes": "-1", "retention.ms": "-1"}

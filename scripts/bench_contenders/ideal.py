@@ -3,7 +3,7 @@
 Fetches the source's raw batches and appends them to the destination as fast as Kafka's client
 rules allow, with nothing else: no plan, no agreement or boundary checks, no CRC check of the
 fetched batches, no base-offset verification of the appends. What it still does is what the
-broker needs (KAFKA-FACTS.md): baseOffset 0, the writer's own idempotent producer id/epoch and
+broker needs (Kafka's ProducerStateManager and UnifiedLog rules): baseOffset 0, the writer's own idempotent producer id/epoch and
 per-partition sequence, a valid CRC (``rewrite_parts``), at most one batch per partition
 per Produce request, acks=all.
 

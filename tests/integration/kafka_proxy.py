@@ -101,7 +101,7 @@ DESCRIBE_CLUSTER = 60
 _UNREWRITTEN_ADDRESSES: dict[int, str] = {}
 _MAX_FRAME = 256 << 20
 
-# Record batch v2 header (see shared KAFKA-FACTS.md); parsed here independently of partsync.
+# Record batch v2 header (Kafka's DefaultRecordBatch); parsed here independently of partsync.
 _BATCH = struct.Struct(
     ">q"  # baseOffset => Int64
     "i"  # batchLength => Int32

@@ -195,7 +195,7 @@ def test_a_follower_rides_out_local_and_source_broker_restarts(
     """A --follow process (in its group on the local cluster) keeps running while the local
     broker and then the source broker are killed and restarted, and catches up each time
     without a person. Apache Kafka only: it keeps data and groups across a restart (Tansu keeps
-    nothing; noida's group coordinator has a known defect, see KAFKA-FACTS.md)."""
+    nothing; noida's group coordinator has a known defect, see docs/testing.md)."""
     a, local = clusters["a"], clusters["local"]
     create_topic(a.bootstrap, topic, 3)
     create_topic(local.bootstrap, topic, 3)

@@ -448,7 +448,7 @@ def test_proxy_catches_what_a_lenient_broker_accepts(
 # -- the checker's rules against the real broker ----------------------------------------------
 
 # Cases Apache Kafka itself must refuse: every partition the checker flags is rejected with an
-# error code (these codes where KAFKA-FACTS.md names them) and nothing is appended there, while
+# error code (Kafka's codes for them) and nothing is appended there, while
 # the partitions it does not flag are appended. Left out: acks=1 (partsync's own rule, Kafka
 # accepts it) and acks=0 (no answer to read).
 KAFKA_REFUSES = [c for c in BAD_CASES if c not in ("acks-1", "everything-at-once")]

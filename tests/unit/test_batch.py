@@ -32,7 +32,7 @@ with warnings.catch_warnings():
 CODEC_IDS = {name: cid for cid, name in CODECS.items()}
 TS = 1_700_000_000_000
 
-# Byte ranges of the v2 header (see shared KAFKA-FACTS.md).
+# Byte ranges of the v2 header (Kafka's DefaultRecordBatch).
 BASE_OFFSET = slice(0, 8)
 BATCH_LENGTH = slice(8, 12)
 LEADER_EPOCH = slice(12, 16)
