@@ -10,17 +10,11 @@ from pathlib import Path
 from tests.conftest import _ALL_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
+_PATTERNS = ("*.md", "docs/*.md", "docker-compose.yml", "partsync/**/*.py", "tests/**/*.py",
+             "scripts/**/*.py", "deploy/**/*")  # fmt: skip
 _TEXTS = [
     p
-    for pattern in (
-        "*.md",
-        "docs/*.md",
-        "docker-compose.yml",
-        "partsync/**/*.py",
-        "tests/**/*.py",
-        "scripts/**/*.py",
-        "deploy/**/*",
-    )  # fmt: skip
+    for pattern in _PATTERNS
     for p in sorted(ROOT.glob(pattern))
     if p.is_file() and p != Path(__file__).resolve()
 ]
