@@ -4,7 +4,7 @@ source's copy of it must be the same batch, and serving sources must agree with 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from partsync.copy.context import CopyContext
 from partsync.copy.options import CopyOptions
@@ -27,6 +27,7 @@ __all__ = [
     "check_local_boundary",
     "check_sources_agree",
     "checked_in_sync",
+    "checked_sources_agree",
     "differs_at",
     "local_for_plan",
     "trim_bootstrap_head",
@@ -180,15 +181,48 @@ def checked_in_sync(
     holders = tuple(n for n, b in plan.sources.items() if b.holds(end - 1) and n in sources)
     if end == 0 or end <= plan.local.log_start or not holders:
         return plan
+
+    def compare(ctx: CopyContext) -> None:
+        _compare_last(ctx, _batch_on(ctx, local.name, end - 1), holders)
+
+    return _checked(plan, sources, local, opts, rules, compare, "the local log's last batch")
+
+
+def checked_sources_agree(
+    plan: PartitionPlan,
+    sources: Mapping[str, Cluster],
+    local: Cluster,
+    opts: CopyOptions,
+    rules: LocalTopicRules,
+) -> PartitionPlan:
+    """``plan``, after its serving sources were found to agree (``check_sources_agree``):
+    unsafe where they do not, unknown where that could not be read. Asked before a local topic
+    is created for it (``run.planner.apply_topic_changes``), so sources that disagree leave
+    nothing behind."""
+    if len(plan.serving) < 2:
+        return plan
+    return _checked(plan, sources, local, opts, rules, check_sources_agree, "the sources' batches")
+
+
+def _checked(
+    plan: PartitionPlan,
+    sources: Mapping[str, Cluster],
+    local: Cluster,
+    opts: CopyOptions,
+    rules: LocalTopicRules,
+    check: Callable[[CopyContext], None],
+    what: str,
+) -> PartitionPlan:
     ctx = CopyContext(plan, sources, local, opts, rules, None, None)
     try:
-        _compare_last(ctx, _batch_on(ctx, local.name, end - 1), holders)
+        check(ctx)
         return plan
     except ClusterError as e:
-        reason = f"the local log's last batch could not be compared: {e}"
+        reason = f"{what} could not be compared: {e}"
         return dataclasses.replace(plan, condition=Condition.UNKNOWN, reason=reason)
     except PartsyncError as e:
-        return dataclasses.replace(plan, condition=Condition.UNSAFE, reason=e.reason)
+        return dataclasses.replace(plan, condition=Condition.UNSAFE, reason=e.reason,
+                                   chunks=(), serving=())  # fmt: skip
     finally:
         ctx.close_all()
 

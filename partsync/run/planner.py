@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
-from partsync.copy.boundary import checked_in_sync, local_for_plan
+from partsync.copy.boundary import checked_in_sync, checked_sources_agree, local_for_plan
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
@@ -395,9 +395,16 @@ def apply_topic_changes(
             out.append(tp)
             continue
         warnings: tuple[str, ...] = ()
-        if tp.create is not None:
-            src_cfg, w = pool.get(_ref(req, tp.create.source)).topic_configs(tp.topic)
-            local.create_topic(tp.topic, tp.create.partitions, create_configs(src_cfg))
+        if (create := tp.create) is not None:
+            tp = _agreed(tp, req, pool)
+            if not any(p.condition is Condition.BEHIND for p in tp.partitions):
+                # Nothing would be copied into it: creating it would only leave a topic behind.
+                kept = (f"topic {tp.topic} was not created on {local.name}: no partition "
+                        "can be copied into it")  # fmt: skip
+                out.append(dataclasses.replace(tp, warnings=(*tp.warnings, kept)))
+                continue
+            src_cfg, w = pool.get(_ref(req, create.source)).topic_configs(tp.topic)
+            local.create_topic(tp.topic, create.partitions, create_configs(src_cfg))
             warnings = tuple(w)
         elif tp.grow is not None:
             local.grow_topic(tp.topic, tp.grow.partitions)
@@ -407,6 +414,21 @@ def apply_topic_changes(
         again = plan_topics(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
         out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
     return out
+
+
+def _agreed(tp: TopicPlan, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
+    """``tp`` with each partition whose serving sources disagree refused, as its copy would
+    refuse it first thing (``checked_sources_agree``), before its local topic is created."""
+    local = pool.get(req.local)
+    plans = []
+    for plan in tp.partitions:
+        if plan.condition is Condition.BEHIND:
+            srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.serving}
+            plan = checked_sources_agree(plan, srcs, local, req.options, tp.rules)
+            if plan.condition is not Condition.BEHIND:
+                plan = _located(plan, local.name)
+        plans.append(plan)
+    return dataclasses.replace(tp, partitions=tuple(plans))
 
 
 def _ref(req: SyncRequest, name: str) -> ClusterRef:

@@ -35,6 +35,7 @@ from tests.integration.sync_support import (
     raw_record,
     records,
     topic_configs,
+    topic_partitions,
     try_produce_raw,
 )
 
@@ -453,6 +454,29 @@ def test_sources_with_different_histories(clusters: Clusters, psync: Run, topic:
     e = _refused(r, topic, 0, 0, "offset 299")
     assert "disagree" in e["reason"] and "a" in e["reason"] and "b" in e["reason"]
     assert ends(clusters["local"], topic, 1) == {0: 0}
+
+
+def test_sources_that_disagree_leave_no_topic_created_behind(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """--create-missing creates the local topic only when a partition can be copied into it:
+    sources that disagree on every partition are refused before anything is created (the topic
+    was created, then every partition refused)."""
+    a, b = clusters.bootstrap("a"), clusters.bootstrap("b")
+    for bootstrap in (a, b):
+        create_topic(bootstrap, topic, 2)
+    for p in range(2):
+        produce(a, topic, records(30, seed=1 + p), partition=p)
+        produce(b, topic, records(30, seed=5 + p), partition=p)
+
+    r = _sync(psync, topic, "a,b", "--create-missing", "--chunk-offsets", "10")
+
+    assert r.code == 3, r.stdout + r.stderr
+    for p, e in by_partition(r.json, topic).items():
+        assert e["status"] == "unsafe" and "disagree" in e["reason"], (p, e)
+    [t] = r.json["topics"]
+    assert any("was not created" in w for w in t["warnings"]), t["warnings"]
+    assert topic_partitions(clusters.bootstrap("local"), topic) is None, "the topic was created"
 
 
 def test_sources_that_diverge_after_a_common_prefix(
