@@ -32,7 +32,9 @@ class HealthFacts:
     started: float  # when the metrics (the follower) started
     in_group: bool  # runs with a group (else it writes every partition given)
     joined: bool  # the group gave it its assignment (possibly empty); ignored without a group
-    assigned: bool  # the runner handed out its first partitions (possibly none)
+    # The runner handed out its first partitions (possibly none); only without a group: a group
+    # hands a spare member nothing at all.
+    assigned: bool
     unplanned: int  # partitions owned now that have not had a planning round yet
     owned: int  # partitions owned now
     last_tick: float | None  # the runner's control loop, last seen (None: not started)
@@ -69,9 +71,10 @@ def _live(f: HealthFacts) -> tuple[bool, str]:
 def _ready(f: HealthFacts) -> tuple[bool, str]:
     if f.was_ready:
         return True, "ok"
-    if f.in_group and not f.joined:
-        return False, "joining the group"
-    if not f.assigned:
+    if f.in_group:
+        if not f.joined:  # the group gives nothing to a spare member, but it does answer
+            return False, "joining the group"
+    elif not f.assigned:
         return False, "starting"
     if f.unplanned:
         return False, f"first planning round of {f.unplanned} partition(s) under way"

@@ -31,6 +31,8 @@ LATE = 1000.0 - STALL_S - 1  # just beyond the bound
         # A spare replica: in the group, nothing assigned, nothing moving: live and ready.
         (replace(FINE, owned=0, last_progress=None), True, True, "ok"),
         (replace(FINE, owned=0, last_progress=LATE), True, True, "ok"),
+        # ... which the group never hands partitions: joined is enough.
+        (replace(FINE, owned=0, assigned=False), True, True, "ok"),
         # Without a group: ready once the runner handed out its partitions and planned them.
         (replace(FINE, in_group=False, joined=False), True, True, "ok"),
         (replace(FINE, in_group=False, joined=False, assigned=False), True, False, "starting"),
