@@ -124,21 +124,25 @@ class Config:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def resolve(self, ref: str) -> ClusterRef:
-        """A configured cluster name, or a single ``host:port`` address."""
+        """A configured cluster name, or ``host:port`` bootstrap addresses of one cluster,
+        comma-separated (as kcat and Kafka's tools take them; where commas separate clusters,
+        as in ``--sources``, one address of each suffices: the rest come from its metadata)."""
         ref = ref.strip()
         if ref in self.clusters:
             return self.clusters[ref]
-        m = _ADDRESS.match(ref)
-        if m:
+        addresses = [a.strip() for a in ref.split(",")]
+        if all(_ADDRESS.match(a) for a in addresses):
+            ref = ",".join(addresses)
             if not self.defaults:
-                return ClusterRef(name=ref, bootstrap_servers=(_address(ref, ref),))
-            table = {**self.defaults, "bootstrap_servers": [ref]}
+                return ClusterRef(name=ref,
+                                  bootstrap_servers=tuple(_address(a, ref) for a in addresses))  # fmt: skip
+            table = {**self.defaults, "bootstrap_servers": addresses}
             return _cluster(ref, table, self.env, where=f"cluster {ref} (with [defaults])")
         known = ", ".join(sorted(self.clusters)) or "none"
         where = f" in {self.path}" if self.path else " (no config file found)"
         raise ConfigError(
-            f"unknown cluster {ref!r}: not a cluster name{where} (known: {known}) and not a "
-            "host:port address"
+            f"unknown cluster {ref!r}: not a cluster name{where} (known: {known}) and not "
+            "host:port bootstrap addresses"
         )
 
     def resolve_list(self, refs: str) -> list[ClusterRef]:

@@ -42,7 +42,8 @@ Exit codes:
 """
 
 CLUSTER_HELP = (
-    "A cluster is a name from the config file ([clusters.NAME]) or one host:port bootstrap address."
+    "A cluster is a name from the config file ([clusters.NAME]) or a host:port bootstrap "
+    "address; one broker of a cluster suffices (the others come from its metadata)."
 )
 
 if TYPE_CHECKING:
@@ -226,7 +227,8 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
             "local",
             default=None,
             metavar="CLUSTER",
-            help="The local (destination) cluster; default: `local` in the config file.",
+            help="The local (destination) cluster: a name from the config file, or its "
+            "bootstrap addresses host:port[,host:port...]; default: `local` in the config file.",
         ),
         click.option(
             "--partitions",

@@ -122,6 +122,24 @@ def test_single_source_copies_every_partition(clusters: Clusters, psync: Run, to
         )
 
 
+def test_the_local_cluster_given_as_a_bootstrap_list(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """--local takes a comma-separated bootstrap list, as kcat and Kafka's tools do (it was
+    refused as neither a cluster name nor a host:port address); its first address may be down."""
+    create_topic(clusters.bootstrap("a"), topic, 1)
+    create_topic(clusters.bootstrap("local"), topic, 1)
+    produce(clusters.bootstrap("a"), topic, records(50, seed=1), partition=0)
+    down = f"127.0.0.1:{free_port()}"  # nothing listens there
+
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json",
+              "--local", f"{down},{clusters.bootstrap('local')}")  # fmt: skip
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert by_partition(r.json, topic)[0]["local_end_after"] == 50
+    assert ends(clusters["local"], topic, 1) == {0: 50}
+
+
 def test_two_sources_at_different_ends(clusters: Clusters, psync: Run, topic: str) -> None:
     a_end, b_end = _two_sources(clusters, psync, topic, 2)
 

@@ -355,6 +355,12 @@ def test_local_ref(cfg: Config) -> None:
     assert cfg.local_ref(None).name == "dc1"  # local = "dc1" in the file
     assert cfg.local_ref("dc2").name == "dc2"  # the command line wins
     assert cfg.local_ref("h:1").bootstrap == "h:1"
+    # A bootstrap list, as kcat and Kafka's tools take it (it was refused).
+    many = cfg.local_ref("127.0.0.1:9092, 127.0.0.1:9093,[::1]:9094")
+    assert many.bootstrap_servers == (("127.0.0.1", 9092), ("127.0.0.1", 9093), ("::1", 9094))
+    assert many.name == "127.0.0.1:9092,127.0.0.1:9093,[::1]:9094"
+    with pytest.raises(ConfigError, match="not host:port bootstrap addresses"):
+        cfg.local_ref("127.0.0.1:9092,dc2")  # a list of addresses, not of clusters
     with pytest.raises(ConfigError, match="no local cluster"):
         Config(clusters={}).local_ref(None)
 

@@ -43,3 +43,17 @@ def test_no_pointer_to_a_document_outside_the_repository() -> None:
     wrong = [str(p.relative_to(ROOT)) for p in _TEXTS
              if re.search(r"KAFKA-FACTS|STYLE\.md", p.read_text(errors="replace"))]  # fmt: skip
     assert not wrong
+
+
+def test_the_readme_runs_partsync_from_where_its_install_put_it() -> None:
+    """The README installs into .venv, whose bin is not on PATH: a bare `partsync` in its code
+    blocks must come after an activation of that venv (it did not)."""
+    readme = (ROOT / "README.md").read_text()
+    active = False
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.DOTALL):
+        for line in block.splitlines():
+            active = active or line.startswith(
+                (". .venv/bin/activate", "source .venv/bin/activate")
+            )
+            if re.match(r"(?:\S+ && )*partsync ", line) or " && partsync " in line:
+                assert active, line
