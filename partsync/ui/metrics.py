@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 _LAST_SUCCESS = "partsync_last_success_timestamp_seconds"
+_ENDED = (Status.UNSAFE.value, Status.HANDED_OVER.value)  # a follower's worker stops for good
 _TP = ("topic", "partition")  # the labels of a per-partition series
 _TPS = ("topic", "partition", "source")
 
@@ -353,7 +354,9 @@ class LiveMetrics(Collector):
                 joined=m is not None and m.joined.is_set(),
                 assigned=self._assigned,
                 unplanned=len(self.owned - self.local_end.keys()),
-                owned=len(self.owned),
+                # A partition refused as unsafe or handed over is owned but no longer worked
+                # on: it makes no progress, and restarting the process would not change that.
+                owned=sum(1 for k in self.owned if self.status.get(k) not in _ENDED),
                 last_tick=self._last_tick,
                 last_progress=self._last_progress,
                 was_ready=self._was_ready,

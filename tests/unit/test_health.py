@@ -94,6 +94,18 @@ def test_live_metrics_gather_the_facts_from_the_runner_calls() -> None:
     assert not late.live and "runner loop made no progress" in late.live_reason
 
 
+def test_a_partition_refused_as_unsafe_does_not_make_the_process_dead() -> None:
+    m = LiveMetrics()
+    m.set_owned([("t", 0)])
+    m.observe(PartitionResult("t", 0, Status.UNSAFE, 5, 5, 10, reason="divergent"))
+    later = m._mono_started + 10 * STALL_S
+    m.heartbeat(0.0)
+    m._last_tick = later  # the loop goes on; the refused partition makes no progress
+    assert m.health(now=later).live
+    m.observe(PartitionResult("t", 0, Status.ERROR, 5, 5, 10, reason="unreachable"))
+    assert not m.health(now=later).live  # retried forever: it must make progress
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
