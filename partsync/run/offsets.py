@@ -19,11 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import GROUP_KEY, Connection, ErrorCode, broker_error
-from partsync.errors import ClusterError, ExitStatus, TopicError, UnsafeError
+from partsync._kafka import (
+    COORDINATOR_RETRY_CODES,
+    GROUP_KEY,
+    Connection,
+    ErrorCode,
+    broker_error,
+)
+from partsync.errors import BrokerError, ClusterError, ExitStatus, TopicError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.reader import read_batches
 from partsync.plan.comparator import Bounds
+from partsync.retry import Backoff
 from partsync.wire.seek import first_data_at_or_after
 
 __all__ = [
@@ -37,6 +44,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# How long a group command waits for its coordinator to be ready (``_patiently``).
+COORDINATOR_WAIT_S = 30.0
 # Group states in which no member is alive (Kafka's classic and consumer protocols).
 _IDLE_STATES = {"Empty", "Dead", "", "EMPTY", "DEAD"}
 
@@ -181,12 +190,28 @@ def copy_group_offsets(
     return _each_group(groups, lambda group: _copy_one(source, local, group, topics))
 
 
+def _patiently(one: Callable[[str], GroupOffsets], group: str) -> GroupOffsets:
+    """``one(group)``, again (its coordinator found again) while a coordinator answers that
+    it is loading, not available or not the group's, for up to ``COORDINATOR_WAIT_S``: a
+    cluster's first group creates __consumer_offsets, whose coordinators then load it (a fresh
+    DR cluster, mirrored without a group, answered NOT_COORDINATOR and the command failed)."""
+    backoff = Backoff(0.2, 2.0, deadline=COORDINATOR_WAIT_S)
+    while True:
+        try:
+            return one(group)
+        except BrokerError as e:
+            if e.error_code not in COORDINATOR_RETRY_CODES or not backoff.wait():
+                raise
+            log.debug("group %s: %s; asking again", group, e)
+
+
 def _each_group(groups: Sequence[str], one: Callable[[str], GroupOffsets]) -> OffsetsReport:
-    """``one`` for each group; a refusal (live members) or failure is that group's result."""
+    """``one`` for each group (``_patiently``); a refusal (live members) or failure is that
+    group's result."""
     out = []
     for group in groups:
         try:
-            out.append(one(group))
+            out.append(_patiently(one, group))
         except UnsafeError as e:
             out.append(GroupOffsets(group, status="refused", reason=str(e)))
         except (ClusterError, TopicError) as e:

@@ -67,6 +67,7 @@ with warnings.catch_warnings():
     import kafka.protocol.metadata
     import kafka.protocol.producer  # noqa: F401
     from kafka.protocol.admin.cluster import DescribeClusterResponse
+    from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
     from kafka.protocol.api_header import ResponseClassRegistry
     from kafka.protocol.api_key import ApiKey
     from kafka.protocol.consumer.fetch import FetchRequest
@@ -376,6 +377,17 @@ def check_produce_request(frame: bytes, *, require_acks: int | None = -1) -> Pro
             check.violations += violations
             check.batches += batches
     return check
+
+
+def _group_error(groups: list[str], code: int, version: int, correlation_id: int) -> bytes:
+    """A DescribeGroups answer giving every group asked ``code``."""
+    G = DescribeGroupsResponse.DescribedGroup
+    resp = DescribeGroupsResponse(throttle_time_ms=0, groups=[
+        G(error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="",
+          members=[]) for g in groups])  # fmt: skip
+    resp.API_VERSION = version
+    resp.with_header(correlation_id=correlation_id)
+    return bytes(resp.encode(header=True))
 
 
 def rewrite_metadata_response(
@@ -718,6 +730,9 @@ class StrictProxy:
         self._hook: tuple[str, int, bool, Callable[[], None]] | None = None
         self._hook_answer: tuple[_Link | None, int, Callable[[], None]] | None = None
         self._hook_drops = False
+        # A test's coordinator fault (``coordinator_not_ready``): DescribeGroups requests the
+        # proxy answers itself with this error code, and how many more.
+        self._group_fault: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._links: set[_Link] = set()
         self._count = 0
@@ -759,6 +774,7 @@ class StrictProxy:
             self.kafka.clear()
             self.kafka.injected.clear()
             self._hook = self._hook_answer = None
+            self._group_fault = None
 
     def on_request(
         self,
@@ -777,6 +793,17 @@ class StrictProxy:
             self._hook = (api, self.requests[api] + nth, answered, action)
             self._hook_answer = None
             self._hook_drops = dropped
+
+    def coordinator_not_ready(self, times: int, code: int = 16) -> None:
+        """Answer the next ``times`` DescribeGroups requests with ``code`` (default
+        NOT_COORDINATOR) without the broker: a cluster whose first group made it create
+        __consumer_offsets, and whose coordinator has not loaded yet."""
+        with self._lock:
+            self._group_fault = (code, times)
+
+    def group_faults_left(self) -> int:
+        with self._lock:
+            return 0 if self._group_fault is None else self._group_fault[1]
 
     def hook_fired(self) -> bool:
         with self._lock:
@@ -843,6 +870,11 @@ class StrictProxy:
                     self._track_appends(check, link)
         if self._fire(header, link):
             return _Step(header, None, answered=False, cut_before=True)
+        if header.api_name == "DescribeGroups" and (fault := self._take_group_fault()):
+            version, cid = header.api_version, header.correlation_id
+            req = DescribeGroupsRequest.decode(frame, version=version, header=True)
+            return _Step(header, None, answer=lambda _up: _group_error(req.groups, fault, version,
+                                                                     cid))  # fmt: skip
         if check is not None:
             verdict = self.kafka.on_produce(frame, header, check.batches)
             answered = check.acks != 0
@@ -862,6 +894,14 @@ class StrictProxy:
             asked = self.kafka.list_offsets_context(frame, header.api_version)
             return _Step(header, frame, context=asked)
         return _Step(header, frame)
+
+    def _take_group_fault(self) -> int:
+        with self._lock:
+            if self._group_fault is None:
+                return 0
+            code, left = self._group_fault
+            self._group_fault = (code, left - 1) if left > 1 else None
+            return code
 
     def _track_appends(self, check: ProduceCheck, link: _Link | None) -> None:
         """Record the request's partitions as being appended; flag one already being appended.

@@ -137,6 +137,25 @@ def test_a_commit_beyond_the_local_end_is_clamped_and_reported(
     assert got[0]["status"] == got[2]["status"] == "no-commit", got
 
 
+def test_a_coordinator_not_ready_yet_is_asked_again(
+    clusters: Clusters, psync: Run, mirrored: str
+) -> None:
+    """A fresh DR cluster on which no group ever ran creates __consumer_offsets at the first
+    group lookup, and its coordinator answers NOT_COORDINATOR until it has loaded (injected at
+    the proxy in front of the local cluster): the command asks again, within a bound (it
+    failed with NOT_COORDINATOR (16), exit 1)."""
+    topic, group = mirrored, f"{mirrored}-app"
+    _commit(clusters.bootstrap("a"), group, topic, {0: 5})
+    clusters.proxy.coordinator_not_ready(3)
+
+    r = psync("offsets", "--topic", topic, "--from", "a", "--group", group, "--json")
+
+    assert r.code == 0, r.stdout + r.stderr
+    assert clusters.proxy.group_faults_left() == 0
+    [g] = r.json["groups"]
+    assert g["status"] == "copied" and g["partitions"][0]["local_offset"] == 5, g
+
+
 def test_a_group_the_source_does_not_know_is_an_error_not_a_copy(
     clusters: Clusters, psync: Run, mirrored: str
 ) -> None:
