@@ -290,7 +290,8 @@ def plan(
     type=click.IntRange(min=0, max=65535),
     default=None,
     metavar="PORT",
-    help="Follow mode: serve Prometheus metrics at http://HOST:PORT/metrics.",
+    help="Follow mode: serve Prometheus metrics at http://HOST:PORT/metrics, and the liveness "
+    "and readiness checks /healthz and /readyz (200, or 503 with the reason).",
 )
 @click.option(
     "--metrics-host", default="0.0.0.0", show_default=True, help="Address --metrics-port binds to."
