@@ -235,6 +235,24 @@ def produce_transactional(bootstrap: str, topic: str, partition: int, recs: Iter
         close = getattr(producer, "close", None)
         if close is not None:
             close()
+    host, _, port = bootstrap.rpartition(":")
+    wait_for_markers(host, int(port), topic, partition)
+
+
+def wait_for_markers(host: str, port: int, topic: str, partition: int) -> None:
+    """Until every ended transaction of the partition has its marker in the log: a
+    transactional producer's commit returns once the coordinator has the decision, and the
+    coordinator writes the markers after (Kafka's TransactionMarkerChannelManager), so data
+    produced right after could land before the last marker. Asked of the leader with
+    DescribeProducers (KIP-664) for up to 30 s; a broker that cannot tell gets a second."""
+    with Connection(host, port, cluster="source") as conn:
+        deadline = time.monotonic() + 30
+        while conn.supports("DescribeProducers") and time.monotonic() < deadline:
+            code, producers = conn.describe_producers(topic, partition)
+            if code or not any(p.txn_start >= 0 for p in producers):
+                return
+            time.sleep(0.02)
+        time.sleep(1.0)  # a broker that cannot tell: its markers are written by now
 
 
 def consumed(bootstrap: str, topic: str, partition: int) -> list[tuple[Any, ...]]:

@@ -256,7 +256,17 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
         == 700 * PARTITIONS
     )
 
-    # The metrics a survivor serves agree with what happened.
+    # The metrics a survivor serves agree with what happened, once its rounds have ended (the
+    # log ends above are the broker's; a round reports after verifying its appends).
+    def settled() -> bool:
+        m = survivors[0].scrape()
+        return all(
+            m.get(("partsync_partition_local_end_offset",
+                   frozenset({("topic", topic), ("partition", str(p))}))) == src_ends[p]
+            for p in survivors[0].owned()
+        )  # fmt: skip
+
+    _wait("the survivor's metrics to show its rounds ended", settled, 30, diag)
     m = survivors[0].scrape()
     mine = survivors[0].owned()
     for p in mine:

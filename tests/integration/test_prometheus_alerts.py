@@ -25,8 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from tests.integration.test_follow import (  # noqa: F401 - fixtures used by nam
     group_local,
     group_proxy,
 )
+from tests.support.http import http_get as _get
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -58,16 +57,6 @@ def _wait(what: str, cond: Callable[[], Any], timeout: float, diag: Callable[[],
             return got
         time.sleep(0.3)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{diag()}")
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError as e:
-        return 0, str(e)
 
 
 class Prometheus:

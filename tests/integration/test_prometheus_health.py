@@ -5,12 +5,7 @@ joined, as is the one that copies; both are live."""
 from __future__ import annotations
 
 import signal
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,47 +13,22 @@ from partsync.demo.brokers import Broker
 from partsync.demo.data import create_topic, make_records, produce
 from tests.integration.test_follow import (  # noqa: F401 - fixtures used by name
     Follower,
+    _wait,
     config,
+    followers,
     group_local,
     group_proxy,
 )
+from tests.support.http import http_get as _get
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError as e:
-        return 0, str(e)
-
-
-def _wait(what: str, cond: Callable[[], Any], timeout: float, diag: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{diag()}")
-
-
-@pytest.fixture
-def followers() -> Iterator[list[Follower]]:
-    started: list[Follower] = []
-    yield started
-    for f in started:
-        if f.proc.poll() is None:
-            f.stop(signal.SIGKILL)
 
 
 def test_a_spare_follower_with_no_partition_is_ready_and_live(
     config: Path,  # noqa: F811 - the fixture imported from test_follow
     source_a: Broker,
     topic: str,
-    followers: list[Follower],
+    followers: list[Follower],  # noqa: F811 - the fixture imported from test_follow
     tmp_path: Path,
 ) -> None:
     create_topic(source_a.bootstrap, topic, 1)

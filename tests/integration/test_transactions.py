@@ -32,6 +32,7 @@ from tests.integration.sync_support import (
     ends,
     fetch_batches,
     records,
+    wait_for_markers,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -106,21 +107,11 @@ def _assert_mirrored(clusters: Clusters, topic: str, source: str = "a") -> None:
         assert seen[0] and seen[1] == seen[0], isolation
 
 
-def _source_end(clusters: Clusters, topic: str) -> int:
+def _source_end(clusters: Clusters, topic: str, name: str = "a") -> int:
     """The source partition's end once every marker of its ended transactions has landed
     (librdkafka's commit returns when the coordinator has the decision, before the markers)."""
-    from partsync._kafka import Connection
-
-    src = clusters["a"]
-    with Connection(src.host, src.port, cluster="a") as conn:
-        deadline = time.monotonic() + 30
-        while conn.supports("DescribeProducers") and time.monotonic() < deadline:
-            code, producers = conn.describe_producers(topic, 0)
-            if code or not any(p.txn_start >= 0 for p in producers):
-                break
-            time.sleep(0.02)
-        else:
-            time.sleep(1.0)  # a broker that cannot tell: its markers are written by now
+    src = clusters[name]
+    wait_for_markers(src.host, src.port, topic, 0)
     return ends(src, topic, 1)[0]
 
 
@@ -346,7 +337,7 @@ def test_a_mirror_starts_where_the_sources_log_start_cuts_a_transactions_batch(
     t = _txn(clusters, "b", f"{topic}-streams")
     for i in range(5):
         t.begin().send(topic, records(10, seed=i)).commit()
-    end = ends(b, topic, 1)[0]
+    end = _source_end(clusters, topic, "b")  # the last marker landed
     layout = [(x.base_offset, x.last_offset, x.is_control) for x in fetch_batches(b, topic, 0)]
     assert layout[4:6] == [(22, 31, False), (32, 32, True)], layout
     delete_records(b.bootstrap, topic, 0, 25)
@@ -782,8 +773,8 @@ def test_transactions_of_kafkas_own_java_client_are_replayed(
 
     _source_topic(clusters, topic)
     _finished(_java_producer(clusters, topic, f"{topic}-j1", 20))
+    end = _source_end(clusters, topic)  # every marker landed, then checked
     _assert_transaction_version(clusters, topic)
-    end = _source_end(clusters, topic)
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
 
@@ -797,8 +788,8 @@ def test_transactions_of_kafkas_own_java_client_are_replayed(
         writers = [_java_producer(clusters, topic, f"{topic}-j{n}", 15) for n in (2, 3)]
         for w in writers:
             _finished(w)
-        _assert_transaction_version(clusters, topic)
         end = _source_end(clusters, topic)
+        _assert_transaction_version(clusters, topic)
         _wait("the follower at the source's end", lambda: ends(local, topic, 1)[0] == end, 90,
               f.stderr)  # fmt: skip
     finally:

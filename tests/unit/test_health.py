@@ -5,8 +5,6 @@ facts (the sources' long poll) feed."""
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -17,6 +15,7 @@ from partsync.plan.comparator import Bounds, plan_partition
 from partsync.plan.results import PartitionResult, Status
 from partsync.ui.health import STALL_S, HealthFacts, decide
 from partsync.ui.metrics import LiveMetrics, serve_metrics
+from tests.support.http import http_get as _get
 
 # A follower 1000 s into its life that ticked and progressed just now, owning 2 planned partitions.
 FINE = HealthFacts(now=1000.0, started=0.0, in_group=True, joined=True, assigned=True,
@@ -104,14 +103,6 @@ def test_a_partition_refused_as_unsafe_does_not_make_the_process_dead() -> None:
     assert m.health(now=later).live
     m.observe(PartitionResult("t", 0, Status.ERROR, 5, 5, 10, reason="unreachable"))
     assert not m.health(now=later).live  # retried forever: it must make progress
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def test_the_endpoints_answer_200_or_503_with_the_reason() -> None:
