@@ -138,14 +138,17 @@ def test_the_progress_bar_moves_and_its_time_left_counts_down(
 ) -> None:
     """Under --max-bytes-per-sec, where one append can carry a whole partition: the time left
     counts down between appends (it sat still, e.g. at 0:00:01 for seconds), and the rate shown
-    is that of the last seconds, near the limit (the first append's bytes over the time since
-    it landed showed twice the limit; ``RateWindow``'s table tests pin the formula)."""
+    stays within twice the limit. The rate is that of the last 10 s of appends, shown once they
+    span 3 s: the throttle's burst (one second's worth at the start) and appends of bytes
+    fetched ahead can still lift it to about 1.5 times the limit early on, so the formula
+    itself is pinned by ``RateWindow``'s table tests (the first append's bytes over the time
+    since it landed showed twice the limit and more)."""
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     for where in (a, local):
         create_topic(where, topic, 3)
     for p in range(3):
         produce(a, topic, records(30_000, seed=p), partition=p)
-    limit = 1_500_000
+    limit = 1_000_000  # about 13 s: appends seconds apart, the time left counting down between
     code, screen = run_in_terminal("--config", str(clusters.config), "sync", "--topic", topic,
                                    "--sources", "a", "--no-group",
                                    "--max-bytes-per-sec", str(limit))  # fmt: skip
@@ -164,4 +167,4 @@ def test_the_progress_bar_moves_and_its_time_left_counts_down(
     assert any(len(set(seen)) > 1 and seen == sorted(seen, reverse=True)
                for seen in ticks.values()), shown  # fmt: skip
     rates = [rate for _, _, rate in frames if rate]
-    assert rates and max(rates) <= 1.5 * limit, shown
+    assert rates and max(rates) <= 2 * limit, shown
