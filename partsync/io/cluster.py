@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeGuard, TypeVar
@@ -907,9 +907,15 @@ class Cluster:
             return None
         return tid, st.timeout_ms, st.start_ms
 
-    def _transactional_id_of(self, producer_id: int) -> str | None:
+    def _each_broker(self) -> Iterator[Connection]:
+        """A connection to each broker in turn, by node id: for the lists each broker keeps of
+        what it coordinates (ListTransactions, ListGroups)."""
         for node in sorted(self.metadata().brokers):
-            code, found = self.broker_conn(node).list_transactions([producer_id])
+            yield self.broker_conn(node)
+
+    def _transactional_id_of(self, producer_id: int) -> str | None:
+        for conn in self._each_broker():
+            code, found = conn.list_transactions([producer_id])
             if code == 0 and producer_id in found:
                 return found[producer_id]
         return None
@@ -918,8 +924,7 @@ class Cluster:
         """Whether any broker lists ``group`` (ListGroups on each: a group is listed by its
         coordinator while it has members or committed offsets); None where a broker does not
         offer ListGroups or does not answer it."""
-        for node in sorted(self.metadata().brokers):
-            conn = self.broker_conn(node)
+        for conn in self._each_broker():
             if not conn.supports("ListGroups"):
                 return None
             code, groups = conn.list_groups()
@@ -937,8 +942,8 @@ class Cluster:
         if not self.can_resume_transactions():
             return set()
         out: set[str] = set()
-        for node in sorted(self.metadata().brokers):
-            code, found = self.broker_conn(node).list_transactions([], states)
+        for conn in self._each_broker():
+            code, found = conn.list_transactions([], states)
             raise_for_code(code, f"listing transactions ({', '.join(states)})", cluster=self.name)
             out.update(found.values())
         return out
