@@ -134,8 +134,9 @@ class Config:
         if all(_ADDRESS.match(a) for a in addresses):
             ref = ",".join(addresses)
             if not self.defaults:
-                return ClusterRef(name=ref,
-                                  bootstrap_servers=tuple(_address(a, ref) for a in addresses))  # fmt: skip
+                return ClusterRef(
+                    name=ref, bootstrap_servers=tuple(_address(a, ref) for a in addresses)
+                )
             table = {**self.defaults, "bootstrap_servers": addresses}
             return _cluster(ref, table, self.env, where=f"cluster {ref} (with [defaults])")
         known = ", ".join(sorted(self.clusters)) or "none"
@@ -253,8 +254,10 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
             token_file = table.get("sasl_oauthbearer_token_file")
             token = _secret(where, table, "sasl_oauthbearer_token", env)
             if token is None:
-                raise ConfigError(f"{where}: OAUTHBEARER needs sasl_oauthbearer_token_file "
-                                  "or sasl_oauthbearer_token_env")  # fmt: skip
+                raise ConfigError(
+                    f"{where}: OAUTHBEARER needs sasl_oauthbearer_token_file "
+                    "or sasl_oauthbearer_token_env"
+                )
             if token_file is None:
                 oauth_token = token
         else:
@@ -262,13 +265,20 @@ def _cluster(name: str, table: Any, env: Mapping[str, str], where: str | None = 
                 raise ConfigError(f"{where}: SASL needs sasl_plain_username")
             password = _secret(where, table, "sasl_plain_password", env)
             if password is None:
-                raise ConfigError(f"{where}: SASL needs sasl_plain_password_env or "
-                                  "sasl_plain_password_file")  # fmt: skip
+                raise ConfigError(
+                    f"{where}: SASL needs sasl_plain_password_env or sasl_plain_password_file"
+                )
     check_hostname = table.get("ssl_check_hostname", True)
     if not isinstance(check_hostname, bool):
         raise ConfigError(f"{where}: ssl_check_hostname must be true or false (unquoted)")
-    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id", "sasl_plain_username",
-                "client_rack"):  # fmt: skip
+    for key in (
+        "ssl_cafile",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "client_id",
+        "sasl_plain_username",
+        "client_rack",
+    ):
         if key in table and not isinstance(table[key], str):
             raise ConfigError(f"{where}: {key} must be a string")
     ssl_password = _secret(where, table, "ssl_password", env)
@@ -318,8 +328,12 @@ def _without_overridden_secrets(
 ) -> dict[str, Any]:
     """``[defaults]`` less the secrets a cluster's table gives itself: a cluster's
     ``*_file`` replaces a default ``*_env`` (and the other way round), not joins it."""
-    drop = {f"{k}{v}" for k in _SECRETS for v in ("_env", "_file")
-            if f"{k}_env" in table or f"{k}_file" in table}  # fmt: skip
+    drop = {
+        f"{k}{v}"
+        for k in _SECRETS
+        for v in ("_env", "_file")
+        if f"{k}_env" in table or f"{k}_file" in table
+    }
     return {k: v for k, v in defaults.items() if k not in drop}
 
 
@@ -330,16 +344,24 @@ def parse_config(
     where = str(path) if path else "config"
     _check_table(data, _TOP_KEYS, where, kind="top-level key(s)")
     defaults = data.get("defaults", {})
-    _check_table(defaults, _DEFAULT_KEYS, f"{where}: [defaults]",
-                 "; bootstrap_servers belongs to each cluster")  # fmt: skip
+    _check_table(
+        defaults,
+        _DEFAULT_KEYS,
+        f"{where}: [defaults]",
+        "; bootstrap_servers belongs to each cluster",
+    )
     tables = data.get("clusters", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: [clusters] must be a table of [clusters.NAME] tables")
     clusters = {}
     for name, t in tables.items():
         merged = {**_without_overridden_secrets(defaults, t), **t} if isinstance(t, dict) else t
-        clusters[name] = _cluster(name, merged, env, where=f"{where}: [clusters.{name}]"
-                                  + (" (with [defaults])" if defaults else ""))  # fmt: skip
+        clusters[name] = _cluster(
+            name,
+            merged,
+            env,
+            where=f"{where}: [clusters.{name}]" + (" (with [defaults])" if defaults else ""),
+        )
     local = data.get("local")
     if local is not None and (not isinstance(local, str) or local not in clusters):
         raise ConfigError(f"{where}: local = {local!r} does not name a [clusters.NAME] table")

@@ -74,8 +74,14 @@ HERE = Path(__file__).resolve().parent
 CONTENDERS_DIR = HERE / "bench_contenders"
 DIGEST_BENCH = HERE / "bench_digest.py"
 CODECS = ("none", "lz4", "zstd")
-CONTENDERS = ("partsync", "ideal", "confluent-mirror", "kafka-python-mirror", "mirrormaker2",
-              "ideal-fenced")  # fmt: skip
+CONTENDERS = (
+    "partsync",
+    "ideal",
+    "confluent-mirror",
+    "kafka-python-mirror",
+    "mirrormaker2",
+    "ideal-fenced",
+)
 DEFAULT_CONTENDERS = CONTENDERS[:4]
 KAFKA_ONLY = ("mirrormaker2",)  # needs real Apache Kafka brokers (--broker kafka)
 DEEP_MIRRORS = ("confluent-mirror", "kafka-python-mirror", "mirrormaker2")
@@ -464,8 +470,12 @@ def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
                 return conn.try_init_producer_id("bench-warm-up")[0]
             return conn.find_coordinator("bench-warm-up")[0]
 
-        for what in ("InitProducerId", "transaction coordinator", "transactional InitProducerId",
-                     "FindCoordinator"):  # fmt: skip
+        for what in (
+            "InitProducerId",
+            "transaction coordinator",
+            "transactional InitProducerId",
+            "FindCoordinator",
+        ):
             while (code := attempt(what)) != 0:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"Kafka on {bootstrap}: {what} still fails ({code})")
@@ -828,8 +838,16 @@ class Bench:
         self, topic: str, codec: str, partitions: int, stored: float, corpus: bytes, seed: int
     ) -> dict[str, Any]:
         assert self.source is not None
-        info = produce_topic(self.source.bootstrap, topic, partitions, codec, stored, corpus, seed,
-                             self.s.producer_batch_bytes)  # fmt: skip
+        info = produce_topic(
+            self.source.bootstrap,
+            topic,
+            partitions,
+            codec,
+            stored,
+            corpus,
+            seed,
+            self.s.producer_batch_bytes,
+        )
         t0 = time.monotonic()
         self.scans[topic] = scan_topic(self.source.bootstrap, topic, partitions)
         scan = self.scans[topic]
@@ -901,9 +919,15 @@ class Bench:
             # The process-wide memory bound at the most partitions: peak RSS against the budget.
             n = max(self.s.scale_partitions)
             for budget in self.s.memory_budgets:
-                self.measure("memory", "partsync", f"scale-p{n}", "lz4", n,
-                             variant=f"budget={budget >> 20}MiB",
-                             extra=["--memory-budget", str(budget)])  # fmt: skip
+                self.measure(
+                    "memory",
+                    "partsync",
+                    f"scale-p{n}",
+                    "lz4",
+                    n,
+                    variant=f"budget={budget >> 20}MiB",
+                    extra=["--memory-budget", str(budget)],
+                )
         main_topic = "bench-lz4"
         if "partsync" in self.s.contenders and main_topic in self.scans:
             for budget in self.s.inflight_budgets:

@@ -85,9 +85,15 @@ def claim_1() -> list[Row]:
     doc = _script("bench_join.py", "--kafka", "4.1.1", "--repeat", "3", "--json")
     med = doc["median_wall_s"]
     extra = med["consumer"] - med["no-op"]
-    return [Row("1", "one-shot run with work (default group) over a no-op run",
-                f"+{extra:.2f} s ({med['consumer']:.2f} vs {med['no-op']:.2f} s)",
-                "<= +0.5 s", extra <= 0.5)]  # fmt: skip
+    return [
+        Row(
+            "1",
+            "one-shot run with work (default group) over a no-op run",
+            f"+{extra:.2f} s ({med['consumer']:.2f} vs {med['no-op']:.2f} s)",
+            "<= +0.5 s",
+            extra <= 0.5,
+        )
+    ]
 
 
 def _row_2a(doc: dict[str, Any], what: str) -> Row:
@@ -97,54 +103,107 @@ def _row_2a(doc: dict[str, Any], what: str) -> Row:
     speed = {r["contender"]: r["mb_per_s"] for r in doc["rows"] if r["experiment"] == "partitions"}
     ratio = speed["partsync"] / speed["ideal"]
     fenced = speed["partsync"] / speed["ideal-fenced"] if speed.get("ideal-fenced") else None
-    measured = f"{ratio:.2f}" + (f" ({fenced:.2f} of the ideal with partsync's fencing ids)"
-                                 if fenced else "")  # fmt: skip
+    measured = f"{ratio:.2f}" + (
+        f" ({fenced:.2f} of the ideal with partsync's fencing ids)" if fenced else ""
+    )
     return Row("2a", what, measured, ">= 0.9", ratio >= 0.9)
 
 
 def claims_2a_5() -> list[Row]:
     budget_mib = 64
-    doc = _bench_json("--experiments", "scaling", "--scale-partitions", "128",
-                      "--scale-size-mb", "200", "--contenders", "partsync,ideal,ideal-fenced",
-                      "--repeat", "3",
-                      "--memory-budget-mib", str(budget_mib))  # fmt: skip
+    doc = _bench_json(
+        "--experiments",
+        "scaling",
+        "--scale-partitions",
+        "128",
+        "--scale-size-mb",
+        "200",
+        "--contenders",
+        "partsync,ideal,ideal-fenced",
+        "--repeat",
+        "3",
+        "--memory-budget-mib",
+        str(budget_mib),
+    )
     mem = next(r for r in doc["rows"] if r["experiment"] == "memory")
     limit = budget_mib * (1 << 20) / 1e6 + 100
     return [
         _row_2a(doc, "partsync / ideal MB/s, 128 partitions, lz4"),
-        Row("5", f"peak RSS at 128 partitions, --memory-budget {budget_mib} MiB",
-            f"{mem['peak_rss_mb']:.0f} MB (limit {limit:.0f})", "<= budget + 100 MB",
-            mem["peak_rss_mb"] <= limit),
-    ]  # fmt: skip
+        Row(
+            "5",
+            f"peak RSS at 128 partitions, --memory-budget {budget_mib} MiB",
+            f"{mem['peak_rss_mb']:.0f} MB (limit {limit:.0f})",
+            "<= budget + 100 MB",
+            mem["peak_rss_mb"] <= limit,
+        ),
+    ]
 
 
 def claim_2a_kafka() -> list[Row]:
     """2a again with Apache Kafka 4.1.1 as both clusters: the broker partsync is for."""
-    doc = _bench_json("--broker", "kafka", "--experiments", "scaling", "--scale-partitions",
-                      "128", "--scale-size-mb", "200", "--contenders",
-                      "partsync,ideal,ideal-fenced", "--repeat", "3",
-                      "--memory-budget-mib", "64")  # fmt: skip
+    doc = _bench_json(
+        "--broker",
+        "kafka",
+        "--experiments",
+        "scaling",
+        "--scale-partitions",
+        "128",
+        "--scale-size-mb",
+        "200",
+        "--contenders",
+        "partsync,ideal,ideal-fenced",
+        "--repeat",
+        "3",
+        "--memory-budget-mib",
+        "64",
+    )
     return [_row_2a(doc, "partsync / ideal MB/s, 128 partitions, lz4, Kafka 4.1.1")]
 
 
 def claim_2b() -> list[Row]:
     doc = _script("bench_many.py", "--partitions", "1000", "--rounds", "3", "--json")
     wall = next(iter(doc["trees"].values()))["wall_s"]
-    return [Row("2b", "first sync of 1000 one-record partitions (local Kafka), wall",
-                f"{wall:.2f} s", "<= 1.5 s", wall <= 1.5)]  # fmt: skip
+    return [
+        Row(
+            "2b",
+            "first sync of 1000 one-record partitions (local Kafka), wall",
+            f"{wall:.2f} s",
+            "<= 1.5 s",
+            wall <= 1.5,
+        )
+    ]
 
 
 def claim_3() -> list[Row]:
-    doc = _script("bench_link.py", "--mb", "64", "--partitions", "1", "--rate-mb", "1",
-                  "--ks", "1,2,4,8,16", "--chunk-offsets", "50000",
-                  "--modes", "one-shot,follow", "--json")  # fmt: skip
+    doc = _script(
+        "bench_link.py",
+        "--mb",
+        "64",
+        "--partitions",
+        "1",
+        "--rate-mb",
+        "1",
+        "--ks",
+        "1,2,4,8,16",
+        "--chunk-offsets",
+        "50000",
+        "--modes",
+        "one-shot,follow",
+        "--json",
+    )
     out = []
     for r in doc["rows"]:
         k = r["k"]
         ok = r["vs_k1"] >= 0.75 * k and r["of_capacity"] >= 0.6
-        out.append(Row("3", f"{r['mode']}, K={k} connections over a 1 MB/s, 40 ms link",
-                       f"x{r['vs_k1']:.2f} of K=1, {r['of_capacity']:.2f} of capacity",
-                       f">= x{0.75 * k:g}, >= 0.6", ok))  # fmt: skip
+        out.append(
+            Row(
+                "3",
+                f"{r['mode']}, K={k} connections over a 1 MB/s, 40 ms link",
+                f"x{r['vs_k1']:.2f} of K=1, {r['of_capacity']:.2f} of capacity",
+                f">= x{0.75 * k:g}, >= 0.6",
+                ok,
+            )
+        )
     return out
 
 
@@ -152,26 +211,55 @@ def claim_4() -> list[Row]:
     # Net of each contender's fixed cost (its run on an empty topic: process start, imports,
     # connecting), which 300 MB does not amortise; the gross ratio is shown beside it. The
     # ideal raw producer runs too: its ratio is the most any shallow copy in Python reaches.
-    doc = _bench_json("--experiments", "main", "--size-mb", "300",
-                      "--contenders", "partsync,ideal,confluent-mirror")  # fmt: skip
+    doc = _bench_json(
+        "--experiments",
+        "main",
+        "--size-mb",
+        "300",
+        "--contenders",
+        "partsync,ideal,confluent-mirror",
+    )
     out = []
     for topic in ("bench-lz4", "bench-zstd"):
         ratios = doc["ratios"][topic]
         net = ratios["confluent-mirror_over_partsync_net_cpu_per_gb"]
         gross = ratios["confluent-mirror_over_partsync_cpu_per_gb"]
         floor = net * ratios["partsync_over_ideal_net_cpu_per_gb"]
-        out.append(Row("4", f"confluent mirror CPU/GB over partsync's, {topic[6:]}, net",
-                       f"{net:.1f}x (gross {gross:.1f}x; the ideal's: {floor:.1f}x)", ">= 10x",
-                       net >= 10))  # fmt: skip
+        out.append(
+            Row(
+                "4",
+                f"confluent mirror CPU/GB over partsync's, {topic[6:]}, net",
+                f"{net:.1f}x (gross {gross:.1f}x; the ideal's: {floor:.1f}x)",
+                ">= 10x",
+                net >= 10,
+            )
+        )
     return out
 
 
 def claim_6() -> list[Row]:
-    doc = _script("bench_follow.py", "--records", "300", "--rate", "50", "--partitions", "4",
-                  "--broker", "kafka", "--json")  # fmt: skip
+    doc = _script(
+        "bench_follow.py",
+        "--records",
+        "300",
+        "--rate",
+        "50",
+        "--partitions",
+        "4",
+        "--broker",
+        "kafka",
+        "--json",
+    )
     p50 = doc["latency_ms"]["p50"]
-    return [Row("6", "follow mode, source to local p50 at 50 records/s (Kafka)",
-                f"{p50:.1f} ms", "<= 20 ms", p50 <= 20)]  # fmt: skip
+    return [
+        Row(
+            "6",
+            "follow mode, source to local p50 at 50 records/s (Kafka)",
+            f"{p50:.1f} ms",
+            "<= 20 ms",
+            p50 <= 20,
+        )
+    ]
 
 
 CLAIMS: dict[str, tuple[tuple[str, ...], Callable[[], list[Row]]]] = {
@@ -214,8 +302,10 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - one claim failing must not hide the others
             failed = True
             print(f"claim {key}: {e}", file=sys.stderr)
-            got = [Row(n, "(the benchmark failed)", str(e).splitlines()[0][:80], "", None)
-                   for n in names]  # fmt: skip
+            got = [
+                Row(n, "(the benchmark failed)", str(e).splitlines()[0][:80], "", None)
+                for n in names
+            ]
         spent = time.monotonic() - t0
         for r in got:
             r.seconds = round(spent, 1)

@@ -32,8 +32,22 @@ TOPIC = "compare"
 def _copy(tree: Path, src: str, dst: str, parallelism: int) -> tuple[float, float, int, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    argv = [sys.executable, "-m", "partsync", "sync", "--topic", TOPIC, "--sources", src,
-            "--local", dst, "--no-group", "--json", "--parallelism", str(parallelism)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "sync",
+        "--topic",
+        TOPIC,
+        "--sources",
+        src,
+        "--local",
+        dst,
+        "--no-group",
+        "--json",
+        "--parallelism",
+        str(parallelism),
+    ]
     done = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,10 +80,10 @@ def main() -> int:
         create_topic(src.bootstrap, TOPIC, args.partitions)
         for p in range(args.partitions):
             for k in range(4):
-                recs = make_records(args.records, seed=p * 10 + k, partition=p,
-                                    value_size=args.value_size)  # fmt: skip
-                produce(src.bootstrap, TOPIC, recs, compression="lz4",
-                        batch_size=args.batch_bytes)  # fmt: skip
+                recs = make_records(
+                    args.records, seed=p * 10 + k, partition=p, value_size=args.value_size
+                )
+                produce(src.bootstrap, TOPIC, recs, compression="lz4", batch_size=args.batch_bytes)
         for rnd in range(args.rounds):
             for name, tree in (("before", args.before), ("after", args.after)):
                 dst = start_tansu(f"compare-{name}-{rnd}")
@@ -82,9 +96,11 @@ def main() -> int:
                     broker = _broker_cpu(dst) - broker0
                 finally:
                     dst.stop()
-                print(f"{name} round {rnd}: {wall:.2f} s wall, {cpu:.2f} CPU s, "
-                      f"local broker {broker:.2f} CPU s, {copied / 1e6:.1f} MB, exit {code}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{name} round {rnd}: {wall:.2f} s wall, {cpu:.2f} CPU s, "
+                    f"local broker {broker:.2f} CPU s, {copied / 1e6:.1f} MB, exit {code}",
+                    flush=True,
+                )
     finally:
         src.stop()
     return 0

@@ -55,8 +55,13 @@ def build_log(codec: str, mib: float, per_batch: int, value_size: int, seed: int
         b = DefaultRecordBatchBuilder(2, CODECS[codec], 0, 1000, 0, offset, 1 << 30)
         for i in range(per_batch):
             value = rng.randbytes(value_size // 2).hex().encode()
-            b.append(i, BASE_TS + offset + i, b"key-%d" % (offset + i), value,
-                     [("trace", b"%016x" % rng.getrandbits(64))])  # fmt: skip
+            b.append(
+                i,
+                BASE_TS + offset + i,
+                b"key-%d" % (offset + i),
+                value,
+                [("trace", b"%016x" % rng.getrandbits(64))],
+            )
             produced += len(value)
         raw = bytearray(b.build())
         struct.pack_into(">q", raw, 0, offset)  # as fetched: the broker's base offset
@@ -101,18 +106,20 @@ def bench(codec: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for level, fn in (("batch", batch_level), ("record", record_level), ("chunk", chunking)):
         secs = best_of(args.repeat, fn)
-        rows.append({
-            "level": level,
-            "codec": codec,
-            "batches": len(batches),
-            "records": records,
-            "stored_bytes": stored,
-            "uncompressed_bytes": uncompressed,
-            "seconds": secs,
-            "stored_bytes_per_s": stored / secs,
-            "uncompressed_bytes_per_s": uncompressed / secs,
-            "records_per_s": records / secs,
-        })  # fmt: skip
+        rows.append(
+            {
+                "level": level,
+                "codec": codec,
+                "batches": len(batches),
+                "records": records,
+                "stored_bytes": stored,
+                "uncompressed_bytes": uncompressed,
+                "seconds": secs,
+                "stored_bytes_per_s": stored / secs,
+                "uncompressed_bytes_per_s": uncompressed / secs,
+                "records_per_s": records / secs,
+            }
+        )
     return rows
 
 
@@ -149,18 +156,24 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, indent=2))
         return 0
 
-    print(f"digest throughput, one core ({platform.machine()}, Python {sys.version.split()[0]}); "
-          f"{args.records_per_batch} records/batch, {args.value_size}-byte values")  # fmt: skip
-    head = (f"{'level':<7}{'codec':<8}{'stored MiB':>11}{'stored MiB/s':>14}"
-            f"{'uncompr. MiB/s':>16}{'records/s':>12}")  # fmt: skip
+    print(
+        f"digest throughput, one core ({platform.machine()}, Python {sys.version.split()[0]}); "
+        f"{args.records_per_batch} records/batch, {args.value_size}-byte values"
+    )
+    head = (
+        f"{'level':<7}{'codec':<8}{'stored MiB':>11}{'stored MiB/s':>14}"
+        f"{'uncompr. MiB/s':>16}{'records/s':>12}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         if r["level"] == "chunk":
             continue
-        print(f"{r['level']:<7}{r['codec']:<8}{_mib(r['stored_bytes']):>11}"
-              f"{_mib(r['stored_bytes_per_s']):>14}{_mib(r['uncompressed_bytes_per_s']):>16}"
-              f"{r['records_per_s']:>12,.0f}")  # fmt: skip
+        print(
+            f"{r['level']:<7}{r['codec']:<8}{_mib(r['stored_bytes']):>11}"
+            f"{_mib(r['stored_bytes_per_s']):>14}{_mib(r['uncompressed_bytes_per_s']):>16}"
+            f"{r['records_per_s']:>12,.0f}"
+        )
     chunk = [r for r in rows if r["level"] == "chunk"]
     if chunk:
         rate = min(r["batches"] / r["seconds"] for r in chunk)

@@ -61,27 +61,47 @@ def main() -> int:
             for run in range(1, args.max_runs + 1):
                 cuts_before = proxy.kafka.injected["cut-after-produce"]
                 t0 = time.monotonic()
-                argv = [sys.executable, "-m", "partsync", "sync", "--topic", TOPIC, "--sources",
-                        src.bootstrap, "--local", proxy.bootstrap, "--json"]  # fmt: skip
-                done = subprocess.run(argv, cwd=args.tree.resolve(), capture_output=True,
-                                      text=True, check=False)  # fmt: skip
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "partsync",
+                    "sync",
+                    "--topic",
+                    TOPIC,
+                    "--sources",
+                    src.bootstrap,
+                    "--local",
+                    proxy.bootstrap,
+                    "--json",
+                ]
+                done = subprocess.run(
+                    argv, cwd=args.tree.resolve(), capture_output=True, text=True, check=False
+                )
                 wall = time.monotonic() - t0
                 total += wall
                 cuts = proxy.kafka.injected["cut-after-produce"] - cuts_before
-                copied = sum(p["bytes"] for t in json.loads(done.stdout)["topics"]
-                             for p in t["partitions"])  # fmt: skip
-                print(f"run {run}: exit {done.returncode} in {wall:.1f} s, {cuts} cuts, "
-                      f"{copied / 1e6:.1f} MB copied", flush=True)  # fmt: skip
+                copied = sum(
+                    p["bytes"] for t in json.loads(done.stdout)["topics"] for p in t["partitions"]
+                )
+                print(
+                    f"run {run}: exit {done.returncode} in {wall:.1f} s, {cuts} cuts, "
+                    f"{copied / 1e6:.1f} MB copied",
+                    flush=True,
+                )
                 if done.returncode == 0:
                     break
             violations = [str(v) for v in proxy.violations]
         if done.returncode != 0:
-            print(f"did not converge in {run} runs ({total:.1f} s); "
-                  f"{len(violations)} Produce rule violations")  # fmt: skip
+            print(
+                f"did not converge in {run} runs ({total:.1f} s); "
+                f"{len(violations)} Produce rule violations"
+            )
             return 1
         assert_partitions_identical(src.bootstrap, dst.bootstrap, TOPIC, args.partitions)
-        print(f"converged in {run} run(s), {total:.1f} s in all; identical; "
-              f"{len(violations)} Produce rule violations")  # fmt: skip
+        print(
+            f"converged in {run} run(s), {total:.1f} s in all; identical; "
+            f"{len(violations)} Produce rule violations"
+        )
     finally:
         src.stop()
         dst.stop()

@@ -100,9 +100,13 @@ def main() -> int:
     ap.add_argument("--kafka-version", default="4.1.1")
     ap.add_argument("--log-start", type=int, default=50_000_000)
     ap.add_argument("--filler-records", type=int, default=500_000)
-    ap.add_argument("--segment-bytes", type=int, default=None,
-                    help="segment.bytes of the local topic (a segment is freed only once it is "
-                         "wholly below the log start, and never while it is the active one)")  # fmt: skip
+    ap.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=None,
+        help="segment.bytes of the local topic (a segment is freed only once it is "
+        "wholly below the log start, and never while it is the active one)",
+    )
     args = ap.parse_args()
     dst_dir = Path(tempfile.mkdtemp(prefix="fill-local-"))
     src = _start(args.broker, args.kafka_version, Path(tempfile.mkdtemp(prefix="fill-")))
@@ -113,13 +117,27 @@ def main() -> int:
         create_topic(dst.bootstrap, TOPIC, 1, segments)
         t0 = time.monotonic()
         _advance(src, args.log_start, args.filler_records)
-        print(f"source log start {args.log_start:,} made in {time.monotonic() - t0:.1f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"source log start {args.log_start:,} made in {time.monotonic() - t0:.1f} s", flush=True
+        )
         produce(src.bootstrap, TOPIC, make_records(1000, seed=1), partition=0, compression="lz4")
         t0 = time.monotonic()
-        argv = [sys.executable, "-m", "partsync", "sync", "--topic", TOPIC, "--sources",
-                src.bootstrap, "--local", dst.bootstrap, "--no-group", "--json",
-                "--filler-records", str(args.filler_records)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "partsync",
+            "sync",
+            "--topic",
+            TOPIC,
+            "--sources",
+            src.bootstrap,
+            "--local",
+            dst.bootstrap,
+            "--no-group",
+            "--json",
+            "--filler-records",
+            str(args.filler_records),
+        ]
         disk = _PeakDisk(dst_dir)
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         wall = time.monotonic() - t0
@@ -131,11 +149,13 @@ def main() -> int:
         got, want = bounds(dst, TOPIC, 1)[0], bounds(src, TOPIC, 1)[0]
         assert got == want, (got, want)
         assert_partitions_identical(src.bootstrap, dst.bootstrap, TOPIC, 1)
-        print(f"{args.broker}: sync with a fill of {args.log_start:,} offsets took {wall:.1f} s: "
-              f"{args.log_start / wall / 1e6:.1f} M offsets/s; local log {got.log_start}.."
-              f"{got.end} = source's; identical; the local partition's live segments held "
-              f"at most {peak[0] / 1e6:.1f} MB during the run, its files {peak[1] / 1e6:.1f} MB "
-              "(deleted segments wait file.delete.delay.ms before they go)")  # fmt: skip
+        print(
+            f"{args.broker}: sync with a fill of {args.log_start:,} offsets took {wall:.1f} s: "
+            f"{args.log_start / wall / 1e6:.1f} M offsets/s; local log {got.log_start}.."
+            f"{got.end} = source's; identical; the local partition's live segments held "
+            f"at most {peak[0] / 1e6:.1f} MB during the run, its files {peak[1] / 1e6:.1f} MB "
+            "(deleted segments wait file.delete.delay.ms before they go)"
+        )
     finally:
         src.stop()
         dst.stop()

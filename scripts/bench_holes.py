@@ -48,8 +48,10 @@ def _stored_bytes(bootstrap: str, topic: str) -> int:
         b = c.bounds(topic, [0])[0]
         conn = c.connect_leader(topic, 0)
         try:
-            return sum(x.size for x in read_batches(conn, "x", topic, 0, b.log_start, b.end,
-                                                    fetch_bytes=8 << 20))  # fmt: skip
+            return sum(
+                x.size
+                for x in read_batches(conn, "x", topic, 0, b.log_start, b.end, fetch_bytes=8 << 20)
+            )
         finally:
             conn.close()
 
@@ -60,11 +62,15 @@ def _records(n: int, versions: int, seed: int) -> list[Rec]:
     rng.shuffle(keys)
     base = 1_700_000_000_000
     return [
-        Rec(key=b"user-%08d" % k,
-            value=(b'{"user":%d,"seq":%d,"state":"' % (k, i)) + rng.randbytes(60).hex().encode() + b'"}',
-            timestamp_ms=base + i)
+        Rec(
+            key=b"user-%08d" % k,
+            value=(b'{"user":%d,"seq":%d,"state":"' % (k, i))
+            + rng.randbytes(60).hex().encode()
+            + b'"}',
+            timestamp_ms=base + i,
+        )
         for i, k in enumerate(keys)
-    ]  # fmt: skip
+    ]
 
 
 def _wait_compacted(bootstrap: str, topic: str, want: int, timeout: float = 600) -> int:
@@ -85,8 +91,20 @@ def _wait_compacted(bootstrap: str, topic: str, want: int, timeout: float = 600)
 def run_sync(src: str, dst: str, topic: str, fill: bool = False) -> tuple[float, float, dict]:
     """One ``partsync sync`` of ``topic`` as its own process: wall time, its CPU time, and
     the partition's JSON result (exits on a failed sync)."""
-    argv = [sys.executable, "-m", "partsync", "sync", "--sources", src, "--local", dst,
-            "--topic", topic, "--json", "--no-group"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "sync",
+        "--sources",
+        src,
+        "--local",
+        dst,
+        "--topic",
+        topic,
+        "--json",
+        "--no-group",
+    ]
     if fill:
         argv += ["--compaction-holes", "fill"]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -114,13 +132,23 @@ def main() -> int:
     source = start_kafka_jvm(args.kafka_version, tmp / "src")
     try:
         recs = _records(args.records, args.versions, seed=17)
-        create_topic(source.bootstrap, "compacted", 1, {**COMPACT, "segment.ms": "100",
-                     "min.cleanable.dirty.ratio": "0.01"})  # fmt: skip
+        create_topic(
+            source.bootstrap,
+            "compacted",
+            1,
+            {**COMPACT, "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"},
+        )
         rounds = 20
         per = len(recs) // rounds
         for i in range(rounds):
-            produce(source.bootstrap, "compacted", recs[i * per:(i + 1) * per], partition=0,
-                    compression=args.codec, batch_size=256 << 10)  # fmt: skip
+            produce(
+                source.bootstrap,
+                "compacted",
+                recs[i * per : (i + 1) * per],
+                partition=0,
+                compression=args.codec,
+                batch_size=256 << 10,
+            )
             time.sleep(0.2)  # the next round rolls the segment
         produce(source.bootstrap, "compacted", [Rec(key=b"roll", value=b"x")], partition=0)
         keys = len({r.key for r in recs}) + 1
@@ -129,10 +157,14 @@ def main() -> int:
         end = args.records - args.records % rounds + 1
         for name in ("plain", "warmup"):
             create_topic(source.bootstrap, name, 1)
-            produce(source.bootstrap, name,
-                    [Rec(key=r[3], value=r[4], headers=list(r[5]), timestamp_ms=r[2])
-                     for r in kept], partition=0, compression=args.codec,
-                    batch_size=256 << 10)  # fmt: skip
+            produce(
+                source.bootstrap,
+                name,
+                [Rec(key=r[3], value=r[4], headers=list(r[5]), timestamp_ms=r[2]) for r in kept],
+                partition=0,
+                compression=args.codec,
+                batch_size=256 << 10,
+            )
         sizes = {t: _stored_bytes(source.bootstrap, t) for t in ("compacted", "plain")}
         runs: dict[str, list[tuple[float, float, dict]]] = {"plain": [], "compacted": []}
         for n in range(args.repeat):  # a fresh local broker per repetition
@@ -145,8 +177,11 @@ def main() -> int:
                 order = list(runs.items())[:: 1 if n % 2 == 0 else -1]
                 for topic, results in order:
                     create_topic(local.bootstrap, topic, 1, COMPACT)
-                    results.append(run_sync(source.bootstrap, local.bootstrap, topic,
-                                         fill=topic == "compacted"))  # fmt: skip
+                    results.append(
+                        run_sync(
+                            source.bootstrap, local.bootstrap, topic, fill=topic == "compacted"
+                        )
+                    )
                 if n == 0:
                     mirror = {r[0]: r for r in consumed(local.bootstrap, "compacted", 0)}
                     assert all(mirror[r[0]] == r for r in kept), "a kept record moved"
@@ -156,26 +191,38 @@ def main() -> int:
         rows = []
         for topic, results in runs.items():
             last = results[-1][2]
-            rows.append({
-                "topic": topic, "fill": topic == "compacted",
-                "offsets": end if topic == "compacted" else len(kept), "records": len(kept),
-                "source_bytes": sizes[topic],
-                "wall_s": statistics.median(r[0] for r in results),
-                "cpu_s": statistics.median(r[1] for r in results),
-                "holes_filled": last["holes_filled"], "batches": last["batches"],
-                "batches_reencoded": last["batches_reencoded"],
-            })  # fmt: skip
-        out = {"records_produced": args.records, "kept": held, "codec": args.codec,
-               "kafka": args.kafka_version, "rows": rows}  # fmt: skip
+            rows.append(
+                {
+                    "topic": topic,
+                    "fill": topic == "compacted",
+                    "offsets": end if topic == "compacted" else len(kept),
+                    "records": len(kept),
+                    "source_bytes": sizes[topic],
+                    "wall_s": statistics.median(r[0] for r in results),
+                    "cpu_s": statistics.median(r[1] for r in results),
+                    "holes_filled": last["holes_filled"],
+                    "batches": last["batches"],
+                    "batches_reencoded": last["batches_reencoded"],
+                }
+            )
+        out = {
+            "records_produced": args.records,
+            "kept": held,
+            "codec": args.codec,
+            "kafka": args.kafka_version,
+            "rows": rows,
+        }
         if args.json:
             print(json.dumps(out, indent=2))
         else:
             print(f"{args.records} records, {held} kept by Kafka's cleaner ({args.codec}):")
             for r in rows:
-                print(f"  {r['topic']:>9} fill={r['fill']!s:5} {r['offsets']:>7} offsets "
-                      f"{r['source_bytes'] / 1e6:6.1f} MB stored: {r['wall_s']:.2f} s wall, "
-                      f"{r['cpu_s']:.2f} s CPU, {r['offsets'] / r['wall_s']:,.0f} offsets/s, "
-                      f"holes {r['holes_filled']}, re-encoded {r['batches_reencoded']}")  # fmt: skip
+                print(
+                    f"  {r['topic']:>9} fill={r['fill']!s:5} {r['offsets']:>7} offsets "
+                    f"{r['source_bytes'] / 1e6:6.1f} MB stored: {r['wall_s']:.2f} s wall, "
+                    f"{r['cpu_s']:.2f} s CPU, {r['offsets'] / r['wall_s']:,.0f} offsets/s, "
+                    f"holes {r['holes_filled']}, re-encoded {r['batches_reencoded']}"
+                )
     finally:
         source.stop()
     return 0

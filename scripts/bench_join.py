@@ -41,8 +41,20 @@ WAYS = {
 
 
 def _sync(config: Path, topic: str, extra: list[str]) -> tuple[float, dict]:
-    argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic", topic,
-            "--sources", "a", "--json", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--json",
+        *extra,
+    ]
     t0 = time.monotonic()
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     wall = time.monotonic() - t0
@@ -63,8 +75,10 @@ def main() -> int:
     local = start_kafka_cluster(args.kafka, 1, data_dir=Path(tempfile.mkdtemp(prefix="join-")))
     try:
         config = Path(tempfile.mkdtemp(prefix="join-cfg-")) / "partsync.toml"
-        config.write_text(f'local = "local"\n[clusters.a]\nbootstrap_servers = ["{src.bootstrap}"]\n'
-                          f'[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n')  # fmt: skip
+        config.write_text(
+            f'local = "local"\n[clusters.a]\nbootstrap_servers = ["{src.bootstrap}"]\n'
+            f'[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n'
+        )
         walls: dict[str, list[float]] = {w: [] for w in ["no-op", *WAYS]}
         protocols: dict[str, set[str]] = {w: set() for w in WAYS}
         n = 0
@@ -75,8 +89,12 @@ def main() -> int:
                 create_topic(src.bootstrap, topic, args.partitions)
                 create_topic(local.bootstrap, topic, args.partitions)
                 for p in range(args.partitions):
-                    produce(src.bootstrap, topic, make_records(args.records, seed=n * 100 + p,
-                            partition=p), compression="lz4")  # fmt: skip
+                    produce(
+                        src.bootstrap,
+                        topic,
+                        make_records(args.records, seed=n * 100 + p, partition=p),
+                        compression="lz4",
+                    )
                 wall, doc = _sync(config, topic, extra)
                 noop, _ = _sync(config, topic, extra)
                 assert_partitions_identical(src.bootstrap, local.bootstrap, topic, args.partitions)
@@ -87,16 +105,25 @@ def main() -> int:
                     walls[way].append(wall)
                     walls["no-op"].append(noop)
         med = {w: statistics.median(v) for w, v in walls.items()}
-        print(f"\nKafka {args.kafka} local (group.initial.rebalance.delay.ms default), "
-              f"{args.partitions} x {args.records} records, median of {args.repeat}:")  # fmt: skip
+        print(
+            f"\nKafka {args.kafka} local (group.initial.rebalance.delay.ms default), "
+            f"{args.partitions} x {args.records} records, median of {args.repeat}:"
+        )
         for way, m in med.items():
             extra = "" if way == "no-op" else f"   +{m - med['no-op']:.2f} s over no-op"
             spoke = f"   ({', '.join(sorted(protocols[way]))})" if protocols.get(way) else ""
             print(f"  {way:9s} {m:6.2f} s{extra}{spoke}")
         if args.json:
-            print(json.dumps({"kafka": args.kafka, "repeat": args.repeat,
-                              "median_wall_s": {w: round(m, 3) for w, m in med.items()},
-                              "protocols": {w: sorted(p) for w, p in protocols.items()}}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "kafka": args.kafka,
+                        "repeat": args.repeat,
+                        "median_wall_s": {w: round(m, 3) for w, m in med.items()},
+                        "protocols": {w: sorted(p) for w, p in protocols.items()},
+                    }
+                )
+            )
     finally:
         local.stop()
         src.stop()

@@ -69,17 +69,36 @@ def main() -> int:
                     create_topic(dst.bootstrap, TOPIC, a.partitions)
                     with StrictProxy(src.bootstrap, shape=shape) as proxy:
                         tmp = Path(tempfile.mkdtemp(prefix="link-"))
-                        cfg = write_config(tmp / "partsync.toml", {"a": src, "local": dst},
-                                           addresses={"a": proxy.bootstrap})  # fmt: skip
-                        argv = [sys.executable, "-m", "partsync", "--config", str(cfg), "sync",
-                                "--topic", TOPIC, "--sources", "a", "--no-group", "--json",
-                                "--connections-per-broker", str(k), "--chunk-offsets", str(chunk)]  # fmt: skip
+                        cfg = write_config(
+                            tmp / "partsync.toml",
+                            {"a": src, "local": dst},
+                            addresses={"a": proxy.bootstrap},
+                        )
+                        argv = [
+                            sys.executable,
+                            "-m",
+                            "partsync",
+                            "--config",
+                            str(cfg),
+                            "sync",
+                            "--topic",
+                            TOPIC,
+                            "--sources",
+                            "a",
+                            "--no-group",
+                            "--json",
+                            "--connections-per-broker",
+                            str(k),
+                            "--chunk-offsets",
+                            str(chunk),
+                        ]
                         t0 = time.monotonic()
                         if mode == "follow":
                             wall, doc = _follow(argv, src.bootstrap, dst.bootstrap, a.partitions)
                         else:
-                            p = subprocess.run(argv, capture_output=True, text=True, timeout=900,
-                                               check=False)  # fmt: skip
+                            p = subprocess.run(
+                                argv, capture_output=True, text=True, timeout=900, check=False
+                            )
                             wall = time.monotonic() - t0
                             if p.returncode:
                                 raise SystemExit(f"K={k}: exit {p.returncode}\n{p.stderr[-2000:]}")
@@ -95,14 +114,24 @@ def main() -> int:
                 copy_s = max(q["seconds"] for q in parts)
                 mbps = copied / 1e6 / copy_s
                 base = base or mbps
-                row = {"mode": mode, "chunk_offsets": chunk, "k": k, "wall_s": round(wall, 2),
-                       "copy_s": round(copy_s, 2), "mb_per_s": round(mbps, 2),
-                       "connections": conns, "vs_k1": round(mbps / base, 2),
-                       "of_capacity": round(mbps * 1e6 / (k * rate), 2)}  # fmt: skip
+                row = {
+                    "mode": mode,
+                    "chunk_offsets": chunk,
+                    "k": k,
+                    "wall_s": round(wall, 2),
+                    "copy_s": round(copy_s, 2),
+                    "mb_per_s": round(mbps, 2),
+                    "connections": conns,
+                    "vs_k1": round(mbps / base, 2),
+                    "of_capacity": round(mbps * 1e6 / (k * rate), 2),
+                }
                 rows.append(row)
-                print(f"{mode:8s} chunk {chunk:6d}  K={k:2d}  wall {wall:6.2f} s  copy {copy_s:6.2f} s  "
-                      f"{mbps:6.2f} MB/s  {conns:3d} connections  x{row['vs_k1']:.2f} of K=1  "
-                      f"{row['of_capacity']:.2f} of capacity", flush=True)  # fmt: skip
+                print(
+                    f"{mode:8s} chunk {chunk:6d}  K={k:2d}  wall {wall:6.2f} s  copy {copy_s:6.2f} s  "
+                    f"{mbps:6.2f} MB/s  {conns:3d} connections  x{row['vs_k1']:.2f} of K=1  "
+                    f"{row['of_capacity']:.2f} of capacity",
+                    flush=True,
+                )
     finally:
         src.stop()
     if a.json:
@@ -122,8 +151,9 @@ def _follow(argv: list[str], src: str, dst: str, partitions: int) -> tuple[float
     (SIGTERM) and read its report: the seconds until caught up, and the JSON."""
     target = _ends(src, partitions)
     t0 = time.monotonic()
-    proc = subprocess.Popen([*argv, "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*argv, "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         while _ends(dst, partitions) != target:
             if proc.poll() is not None or time.monotonic() - t0 > 900:

@@ -63,13 +63,17 @@ main()
 
 
 def _run(tree: Path, argv: list[str], count: bool) -> tuple[float, float, str]:
-    cmd = [sys.executable, "-c", _COUNTING, *argv] if count else [
-        sys.executable, "-m", "partsync", *argv]  # fmt: skip
+    cmd = (
+        [sys.executable, "-c", _COUNTING, *argv]
+        if count
+        else [sys.executable, "-m", "partsync", *argv]
+    )
     env = dict(os.environ, PYTHONPATH=str(tree))
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=600,
-                       check=False)  # fmt: skip
+    p = subprocess.run(
+        cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     wall = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
@@ -91,8 +95,12 @@ def main() -> int:
     ap.add_argument("--local", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--trees", default=".", help="comma-separated partsync source trees")
     ap.add_argument("--count", action="store_true", help="print each run's requests by API")
-    ap.add_argument("--other-partitions", type=int, default=0,
-                    help="partitions of other topics on both clusters, made first")  # fmt: skip
+    ap.add_argument(
+        "--other-partitions",
+        type=int,
+        default=0,
+        help="partitions of other topics on both clusters, made first",
+    )
     ap.add_argument("--json", action="store_true", help="end with the medians as one JSON line")
     ap.add_argument("extra", nargs="*", help="more `partsync sync` arguments (after --)")
     args = ap.parse_args()
@@ -110,8 +118,12 @@ def main() -> int:
             local = start_tansu("bench-many-local")
         for k in range(0, args.other_partitions, 1000):
             for broker in (src, local):
-                create_topic(broker.bootstrap, f"other-{k // 1000}",
-                             min(1000, args.other_partitions - k), timeout=120)  # fmt: skip
+                create_topic(
+                    broker.bootstrap,
+                    f"other-{k // 1000}",
+                    min(1000, args.other_partitions - k),
+                    timeout=120,
+                )
         results: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
         for r in range(-args.warmup, args.rounds):
             for tree in trees:
@@ -122,16 +134,30 @@ def main() -> int:
                 produce(
                     src.bootstrap, topic, [Rec(b"k", b"v" * 100, partition=p) for p in range(n)]
                 )
-                argv = ["sync", "--topic", topic, "--sources", src.bootstrap, "--local",
-                        local.bootstrap, "--no-group", "--json", *args.extra]  # fmt: skip
+                argv = [
+                    "sync",
+                    "--topic",
+                    topic,
+                    "--sources",
+                    src.bootstrap,
+                    "--local",
+                    local.bootstrap,
+                    "--no-group",
+                    "--json",
+                    *args.extra,
+                ]
                 wall, cpu, counted = _run(tree, argv, args.count)
                 label = f"round {r + 1}" if r >= 0 else "warm-up (not counted)"
                 if r >= 0:
                     results[tree].append((wall, cpu))
-                print(f"{label} {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s {counted}",
-                      flush=True)  # fmt: skip
-        print(f"\nfirst sync of {n} one-record partitions, local {args.local}, medians of "
-              f"{args.rounds} after {args.warmup} warm-up round(s):")  # fmt: skip
+                print(
+                    f"{label} {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s {counted}",
+                    flush=True,
+                )
+        print(
+            f"\nfirst sync of {n} one-record partitions, local {args.local}, medians of "
+            f"{args.rounds} after {args.warmup} warm-up round(s):"
+        )
         medians: dict[str, dict[str, float]] = {}
         for tree, runs in results.items():
             wall = statistics.median(w for w, _ in runs)
@@ -139,9 +165,18 @@ def main() -> int:
             medians[str(tree)] = {"wall_s": wall, "cpu_s": cpu}
             print(f"  {tree}: wall {wall:.2f} s, partsync CPU {cpu:.2f} s")
         if args.json:
-            print(json.dumps({"partitions": n, "local": args.local, "rounds": args.rounds,
-                              "warmup": args.warmup, "other_partitions": args.other_partitions,
-                              "trees": medians}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "partitions": n,
+                        "local": args.local,
+                        "rounds": args.rounds,
+                        "warmup": args.warmup,
+                        "other_partitions": args.other_partitions,
+                        "trees": medians,
+                    }
+                )
+            )
     finally:
         if local is not None:
             local.stop()

@@ -39,8 +39,12 @@ def _fill(bootstrap: str, args: argparse.Namespace) -> int:
     """Both topics; returns the number of markers written."""
     from confluent_kafka import Producer
 
-    common = {"bootstrap.servers": bootstrap, "compression.type": args.codec, "linger.ms": 5,
-              "log_level": 3}  # fmt: skip
+    common = {
+        "bootstrap.servers": bootstrap,
+        "compression.type": args.codec,
+        "linger.ms": 5,
+        "log_level": 3,
+    }
     txn = [Producer({**common, "transactional.id": f"bench-{n}"}) for n in range(args.producers)]
     for p in txn:
         p.init_transactions(30)
@@ -53,8 +57,9 @@ def _fill(bootstrap: str, args: argparse.Namespace) -> int:
             p.begin_transaction()
             for r in recs[(done + i) * args.records : (done + i + 1) * args.records]:
                 for out, topic in ((p, "txn"), (plain, "plain")):
-                    out.produce(topic, key=r.key, value=r.value, timestamp=r.timestamp_ms or 0,
-                                partition=0)  # fmt: skip
+                    out.produce(
+                        topic, key=r.key, value=r.value, timestamp=r.timestamp_ms or 0, partition=0
+                    )
             p.flush(30)
             plain.flush(30)
         for i, p in enumerate(batch):
@@ -67,8 +72,10 @@ def _fill(bootstrap: str, args: argparse.Namespace) -> int:
 
 
 def _layout(broker: Broker, topic: str) -> list[tuple[int, int, bool, bool, bytes]]:
-    return [(b.base_offset, b.last_offset, b.is_transactional, b.is_control, b.digest())
-            for b in fetch_batches(broker, topic, 0)]  # fmt: skip
+    return [
+        (b.base_offset, b.last_offset, b.is_transactional, b.is_control, b.digest())
+        for b in fetch_batches(broker, topic, 0)
+    ]
 
 
 def main() -> int:
@@ -104,23 +111,36 @@ def main() -> int:
                     assert _layout(local, "txn") == _layout(source, "txn"), "a batch moved"
             finally:
                 local.stop()
-        rows = [{
-            "topic": topic, "markers": markers if topic == "txn" else 0,
-            "offsets": results[-1][2]["local_end_after"], "batches": results[-1][2]["batches"],
-            "wall_s": statistics.median(r[0] for r in results),
-            "cpu_s": statistics.median(r[1] for r in results),
-        } for topic, results in runs.items()]  # fmt: skip
+        rows = [
+            {
+                "topic": topic,
+                "markers": markers if topic == "txn" else 0,
+                "offsets": results[-1][2]["local_end_after"],
+                "batches": results[-1][2]["batches"],
+                "wall_s": statistics.median(r[0] for r in results),
+                "cpu_s": statistics.median(r[1] for r in results),
+            }
+            for topic, results in runs.items()
+        ]
         extra = rows[1]["wall_s"] - rows[0]["wall_s"]
-        out = {"txns": args.txns, "records": args.records, "producers": args.producers,
-               "codec": args.codec, "kafka": args.kafka_version, "rows": rows,
-               "ms_per_marker": 1000 * extra / max(1, markers)}  # fmt: skip
+        out = {
+            "txns": args.txns,
+            "records": args.records,
+            "producers": args.producers,
+            "codec": args.codec,
+            "kafka": args.kafka_version,
+            "rows": rows,
+            "ms_per_marker": 1000 * extra / max(1, markers),
+        }
         if args.json:
             print(json.dumps(out, indent=2))
         else:
             for r in rows:
-                print(f"  {r['topic']:>5}: {r['offsets']:>7} offsets, {r['batches']:>6} batches, "
-                      f"{r['markers']:>5} markers: {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s "
-                      "CPU")  # fmt: skip
+                print(
+                    f"  {r['topic']:>5}: {r['offsets']:>7} offsets, {r['batches']:>6} batches, "
+                    f"{r['markers']:>5} markers: {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s "
+                    "CPU"
+                )
             print(f"  each marker costs {out['ms_per_marker']:.1f} ms of wall time")
     finally:
         source.stop()

@@ -55,10 +55,20 @@ _HEADER = struct.Struct(
     "i"  # recordCount
 )
 _FIELDS = [
-    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-    "base_sequence", "record_count",
-]  # fmt: skip
+    "base_offset",
+    "batch_length",
+    "partition_leader_epoch",
+    "magic",
+    "crc",
+    "attributes",
+    "last_offset_delta",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "record_count",
+]
 
 
 def sample_records() -> list[Rec]:
@@ -73,8 +83,15 @@ def sample_records() -> list[Rec]:
             key = None
         if i == 4:
             value = None
-        out.append(Rec(key, value, list(hdrs) if i % 2 == 0 else [("i", str(i).encode())],
-                       BASE_TS + i * 10, 0))  # fmt: skip
+        out.append(
+            Rec(
+                key,
+                value,
+                list(hdrs) if i % 2 == 0 else [("i", str(i).encode())],
+                BASE_TS + i * 10,
+                0,
+            )
+        )
     return out
 
 
@@ -91,12 +108,24 @@ def fetch_raw(broker: Broker, topic: str, partition: int = 0) -> tuple[bytes, in
         while high is None or offset < high:
             corr += 1
             req = FetchRequest(
-                replica_id=-1, max_wait_ms=200, min_bytes=1, max_bytes=1 << 20,
+                replica_id=-1,
+                max_wait_ms=200,
+                min_bytes=1,
+                max_bytes=1 << 20,
                 isolation_level=0,
-                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])],
-            )  # fmt: skip
+                topics=[
+                    FetchRequest.FetchTopic(
+                        topic=topic,
+                        partitions=[
+                            FetchRequest.FetchTopic.FetchPartition(
+                                partition=partition,
+                                fetch_offset=offset,
+                                partition_max_bytes=1 << 20,
+                            )
+                        ],
+                    )
+                ],
+            )
             req.API_VERSION = 4
             req.with_header(correlation_id=corr, client_id="partsync-golden")
             sock.sendall(req.encode(header=True, framed=True))
@@ -148,28 +177,38 @@ def describe(raw: bytes) -> list[dict[str, Any]]:
         records = []
         for r in kp:
             if kp.is_control_batch:
-                records.append({"offset": r.offset, "timestamp": r.timestamp,
-                                "control_type": r.type, "control_version": r.version,
-                                "key": _bytes_json(bytes(r.key)),
-                                "value": _bytes_json(bytes(r.value))})  # fmt: skip
+                records.append(
+                    {
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "control_type": r.type,
+                        "control_version": r.version,
+                        "key": _bytes_json(bytes(r.key)),
+                        "value": _bytes_json(bytes(r.value)),
+                    }
+                )
                 continue
-            records.append({
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": _bytes_json(r.key),
-                "value": _bytes_json(r.value),
-                "headers": [[k, _bytes_json(v)] for k, v in r.headers],
-            })  # fmt: skip
-        batches.append({
-            "byte_offset": pos,
-            "size": size,
-            **head,
-            "codec": next(k for k, v in CODEC_IDS.items() if v == attrs & 0x7),
-            "timestamp_type": "LogAppendTime" if attrs & 0x8 else "CreateTime",
-            "transactional": bool(attrs & 0x10),
-            "control": bool(attrs & 0x20),
-            "records": records,
-        })  # fmt: skip
+            records.append(
+                {
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "key": _bytes_json(r.key),
+                    "value": _bytes_json(r.value),
+                    "headers": [[k, _bytes_json(v)] for k, v in r.headers],
+                }
+            )
+        batches.append(
+            {
+                "byte_offset": pos,
+                "size": size,
+                **head,
+                "codec": next(k for k, v in CODEC_IDS.items() if v == attrs & 0x7),
+                "timestamp_type": "LogAppendTime" if attrs & 0x8 else "CreateTime",
+                "transactional": bool(attrs & 0x10),
+                "control": bool(attrs & 0x20),
+                "records": records,
+            }
+        )
         pos += size
     return batches
 
@@ -178,10 +217,15 @@ def check_content(batches: list[dict[str, Any]], recs: list[Rec]) -> None:
     """The decoded data records must be exactly what was produced, at offsets 0..n-1."""
     got = [r for b in batches if not b["control"] for r in b["records"]]
     want = [
-        {"offset": i, "timestamp": r.timestamp_ms, "key": _bytes_json(r.key),
-         "value": _bytes_json(r.value), "headers": [[k, _bytes_json(v)] for k, v in r.headers]}
+        {
+            "offset": i,
+            "timestamp": r.timestamp_ms,
+            "key": _bytes_json(r.key),
+            "value": _bytes_json(r.value),
+            "headers": [[k, _bytes_json(v)] for k, v in r.headers],
+        }
         for i, r in enumerate(recs)
-    ]  # fmt: skip
+    ]
     if got != want:
         raise AssertionError(f"decoded records differ from produced ones:\n{got}\n{want}")
 
@@ -197,15 +241,27 @@ def produce_txn(broker: Broker, topic: str, recs: list[Rec]) -> None:
     from confluent_kafka import Producer
 
     create_topic(broker.bootstrap, topic, 1)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"golden-{topic}",
-                  "linger.ms": 50, "log_level": 3})  # fmt: skip
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": f"golden-{topic}",
+            "linger.ms": 50,
+            "log_level": 3,
+        }
+    )
     try:
         p.init_transactions(15)
         p.begin_transaction()
         for r in recs:
             headers: Any = r.headers
-            p.produce(topic, key=r.key, value=r.value, headers=headers,
-                      timestamp=r.timestamp_ms or 0, partition=0)  # fmt: skip
+            p.produce(
+                topic,
+                key=r.key,
+                value=r.value,
+                headers=headers,
+                timestamp=r.timestamp_ms or 0,
+                partition=0,
+            )
         p.commit_transaction(15)
     finally:
         p.close()
@@ -228,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     recs = sample_records()
-    txn_recs = [Rec(b"txn-key-0", b"txn-value-0", [("t", b"0")], BASE_TS, 0),
-                Rec(b"txn-key-1", b"txn-value-1", [], BASE_TS + 1, 0)]  # fmt: skip
+    txn_recs = [
+        Rec(b"txn-key-0", b"txn-value-0", [("t", b"0")], BASE_TS, 0),
+        Rec(b"txn-key-1", b"txn-value-1", [], BASE_TS + 1, 0),
+    ]
     manifest: dict[str, Any] = {
         "source": "noida-db 0.2.3, produced by confluent-kafka (librdkafka), fetched with Fetch v4",
         "regenerate": "python scripts/capture_golden.py",
@@ -273,9 +331,11 @@ def main(argv: list[str] | None = None) -> int:
                 "tansu_same_layout": same,
                 "batches": batches,
             }
-            print(f"{name}.bin: {len(raw)} bytes, {len(batches)} batches, hw {high}; "
-                  f"tansu: {len(t_raw)} bytes, {len(t_batches)} batches, hw {t_high}, "
-                  f"same layout: {same}")  # fmt: skip
+            print(
+                f"{name}.bin: {len(raw)} bytes, {len(batches)} batches, hw {high}; "
+                f"tansu: {len(t_raw)} bytes, {len(t_batches)} batches, hw {t_high}, "
+                f"same layout: {same}"
+            )
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return 0
 

@@ -88,10 +88,14 @@ class AdminRequests:
         (error code, the new low watermark)."""
         T = DeleteRecordsRequest.DeleteRecordsTopic
         req = DeleteRecordsRequest(
-            topics=[T(name=topic, partitions=[T.DeleteRecordsPartition(partition_index=partition,
-                                                                      offset=before)])],
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[T.DeleteRecordsPartition(partition_index=partition, offset=before)],
+                )
+            ],
             timeout_ms=timeout_ms,
-        )  # fmt: skip
+        )
         resp = self.call("DeleteRecords", req)
         for t in resp.topics:
             for p in t.partitions:

@@ -630,9 +630,13 @@ class BrokerConnection:
                 _warned_in_clear.add(self.cluster)
             if first:
                 what = "password" if sec.sasl_mechanism == "PLAIN" else "token"
-                log.warning("cluster %s: SASL %s without TLS sends the %s unencrypted (use "
-                            "SASL_SSL%s)", self.cluster, sec.sasl_mechanism, what,
-                            ", or SCRAM" if what == "password" else "")  # fmt: skip
+                log.warning(
+                    "cluster %s: SASL %s without TLS sends the %s unencrypted (use SASL_SSL%s)",
+                    self.cluster,
+                    sec.sasl_mechanism,
+                    what,
+                    ", or SCRAM" if what == "password" else "",
+                )
         resp = self.call("SaslHandshake", SaslHandshakeRequest(mechanism=sec.sasl_mechanism))
         raise_for_code(
             resp.error_code, f"SASL handshake ({sec.sasl_mechanism})", cluster=self.cluster

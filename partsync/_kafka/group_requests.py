@@ -194,11 +194,11 @@ class GroupRequests:
                 member_epoch=member_epoch,
                 rebalance_timeout_ms=rebalance_timeout_ms,
                 subscribed_topic_names=topics,
-                topic_partitions=None if owned is None else [
-                    T(topic_id=t, partitions=ps) for t, ps in sorted(owned.items())
-                ],
+                topic_partitions=None
+                if owned is None
+                else [T(topic_id=t, partitions=ps) for t, ps in sorted(owned.items())],
             ),
-        )  # fmt: skip
+        )
         assignment = None
         if resp.assignment is not None:
             assignment = {
@@ -311,16 +311,20 @@ class GroupRequests:
     ) -> tuple[int, dict[int, CommittedOffset]]:
         """(group error code, committed offsets) for ``partitions`` of ``topic``."""
         T = OffsetFetchRequest.OffsetFetchRequestTopic
-        req = OffsetFetchRequest(group_id=group,
-                                 topics=[T(name=topic, partition_indexes=partitions)])  # fmt: skip
+        req = OffsetFetchRequest(
+            group_id=group, topics=[T(name=topic, partition_indexes=partitions)]
+        )
         resp = self.call("OffsetFetch", req)
         out = {}
         for t in resp.topics:
             for p in t.partitions:
                 out[p.partition_index] = CommittedOffset(
-                    p.partition_index, int(p.committed_offset),
-                    int(getattr(p, "committed_leader_epoch", -1)), p.metadata, int(p.error_code),
-                )  # fmt: skip
+                    p.partition_index,
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.metadata,
+                    int(p.error_code),
+                )
         return int(getattr(resp, "error_code", 0) or 0), out
 
     def offset_commit(
@@ -335,11 +339,20 @@ class GroupRequests:
             group_id=group,
             generation_id_or_member_epoch=-1,
             member_id="",
-            topics=[T(name=topic, partitions=[
-                P(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
-                  committed_metadata=m or "")
-                for p, (o, m) in sorted(offsets.items())
-            ])],
-        )  # fmt: skip
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[
+                        P(
+                            partition_index=p,
+                            committed_offset=o,
+                            committed_leader_epoch=-1,
+                            committed_metadata=m or "",
+                        )
+                        for p, (o, m) in sorted(offsets.items())
+                    ],
+                )
+            ],
+        )
         resp = self.call("OffsetCommit", req)
         return {p.partition_index: int(p.error_code) for t in resp.topics for p in t.partitions}

@@ -65,11 +65,15 @@ class ProbeRequests:
         if self.version("Metadata") < 8:
             return {}
         T = MetadataRequest.MetadataRequestTopic
-        resp = self.call("Metadata", MetadataRequest(
-            topics=[T(name=t) for t in topics], allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=True,
-        ))  # fmt: skip
+        resp = self.call(
+            "Metadata",
+            MetadataRequest(
+                topics=[T(name=t) for t in topics],
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=True,
+            ),
+        )
         return {
             t.name: (int(t.error_code), _ops(getattr(t, "authorized_operations", None)))
             for t in resp.topics
@@ -108,17 +112,32 @@ class ProbeRequests:
         not raised (e.g. CLUSTER_AUTHORIZATION_FAILED, or SECURITY_DISABLED: no authorizer)."""
         if not self.supports("DescribeAcls"):
             return -1, []
-        resp = self.call("DescribeAcls", DescribeAclsRequest(
-            resource_type_filter=resource_type, resource_name_filter=name,
-            pattern_type_filter=_MATCH_PATTERNS, principal_filter=None, host_filter=None,
-            operation=_ANY, permission_type=_ANY,
-        ))  # fmt: skip
+        resp = self.call(
+            "DescribeAcls",
+            DescribeAclsRequest(
+                resource_type_filter=resource_type,
+                resource_name_filter=name,
+                pattern_type_filter=_MATCH_PATTERNS,
+                principal_filter=None,
+                host_filter=None,
+                operation=_ANY,
+                permission_type=_ANY,
+            ),
+        )
         if resp.error_code:
             return int(resp.error_code), []
         out = []
         for r in resp.resources:
             for a in r.acls:
-                out.append(AclEntry(int(r.resource_type), r.resource_name, int(r.pattern_type),
-                                    a.principal, a.host, int(a.operation),
-                                    int(a.permission_type)))  # fmt: skip
+                out.append(
+                    AclEntry(
+                        int(r.resource_type),
+                        r.resource_name,
+                        int(r.pattern_type),
+                        a.principal,
+                        a.host,
+                        int(a.operation),
+                        int(a.permission_type),
+                    )
+                )
         return 0, out

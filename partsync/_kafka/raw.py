@@ -104,8 +104,14 @@ def produce_request_parts(
 class RawFetchPartition:
     """One partition of a Fetch response; ``records`` is a view into the response body."""
 
-    __slots__ = ("error_code", "high_watermark", "log_start_offset", "partition",
-                 "preferred_read_replica", "records")  # fmt: skip
+    __slots__ = (
+        "error_code",
+        "high_watermark",
+        "log_start_offset",
+        "partition",
+        "preferred_read_replica",
+        "records",
+    )
 
     def __init__(
         self,

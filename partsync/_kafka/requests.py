@@ -165,9 +165,12 @@ def _init_producer_id(
     transactional_id: str | None, timeout_ms: int, current: tuple[int, int] | None
 ) -> Any:
     pid, epoch = current or (-1, -1)
-    return InitProducerIdRequest(transactional_id=transactional_id,
-                                 transaction_timeout_ms=timeout_ms, producer_id=pid,
-                                 producer_epoch=epoch)  # fmt: skip
+    return InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout_ms=timeout_ms,
+        producer_id=pid,
+        producer_epoch=epoch,
+    )
 
 
 class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
@@ -265,8 +268,10 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         """A Fetch for several topics, with the client's rack unless ``rack`` is False (KIP-392:
         an answer may point a partition at another replica); read it with
         ``receive_fetch_many``."""
-        self.send("Fetch", _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes,
-                                          self.rack if rack else ""))  # fmt: skip
+        self.send(
+            "Fetch",
+            _fetch_request(wanted, max_wait_ms, min_bytes, max_bytes, self.rack if rack else ""),
+        )
 
     def receive_fetch(self) -> dict[int, FetchedPartition]:
         """The answer to ``send_fetch`` (one topic), its records views into the received body
@@ -418,10 +423,11 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         read (``call_many``): (error code, producer id, epoch), or the connection's error."""
         requests = [_init_producer_id(t, timeout_ms, None) for t in transactional_ids]
         return [
-            r if isinstance(r, ClusterError)
+            r
+            if isinstance(r, ClusterError)
             else (int(r.error_code), int(r.producer_id), int(r.producer_epoch))
             for r in self.call_many("InitProducerId", requests)
-        ]  # fmt: skip
+        ]
 
     def try_add_partition_to_txn(
         self, transactional_id: str, producer: tuple[int, int], topic: str, partition: int
@@ -451,24 +457,34 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         (asked of its coordinator); the error code. The coordinator answers before its markers
         are written (they land asynchronously)."""
         pid, epoch = producer
-        req = EndTxnRequest(transactional_id=transactional_id, producer_id=pid,
-                            producer_epoch=epoch, committed=commit)  # fmt: skip
+        req = EndTxnRequest(
+            transactional_id=transactional_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=commit,
+        )
         return int(self.call("EndTxn", req).error_code)
 
     def describe_producers(self, topic: str, partition: int) -> tuple[int, list[ActiveProducer]]:
         """The partition's error code and its active producers (asked of its leader)."""
-        req = DescribeProducersRequest(topics=[
-            DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])
-        ])  # fmt: skip
+        req = DescribeProducersRequest(
+            topics=[
+                DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])
+            ]
+        )
         resp = self.call("DescribeProducers", req)
         for t in resp.topics:
             for p in t.partitions:
                 if t.name == topic and p.partition_index == partition:
                     return int(p.error_code), [
-                        ActiveProducer(int(a.producer_id), int(a.producer_epoch),
-                                       int(a.last_sequence), int(a.current_txn_start_offset))
+                        ActiveProducer(
+                            int(a.producer_id),
+                            int(a.producer_epoch),
+                            int(a.last_sequence),
+                            int(a.current_txn_start_offset),
+                        )
                         for a in p.active_producers
-                    ]  # fmt: skip
+                    ]
         return -1, []
 
     def list_transactions(
@@ -485,12 +501,17 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
 
     def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TxnState]:
         """Each transactional id's state (asked of its coordinator)."""
-        resp = self.call("DescribeTransactions",
-                         DescribeTransactionsRequest(transactional_ids=transactional_ids))  # fmt: skip
+        resp = self.call(
+            "DescribeTransactions", DescribeTransactionsRequest(transactional_ids=transactional_ids)
+        )
         return {
-            s.transactional_id: TxnState(int(s.error_code), s.transaction_state,
-                                         int(s.producer_id), int(s.producer_epoch),
-                                         int(s.transaction_start_time_ms),
-                                         int(s.transaction_timeout_ms))
+            s.transactional_id: TxnState(
+                int(s.error_code),
+                s.transaction_state,
+                int(s.producer_id),
+                int(s.producer_epoch),
+                int(s.transaction_start_time_ms),
+                int(s.transaction_timeout_ms),
+            )
             for s in resp.transaction_states
-        }  # fmt: skip
+        }

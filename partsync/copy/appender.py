@@ -87,8 +87,9 @@ def append_in_order(
 ) -> None:
     """Append every piece's batches in order; returns when done, failed or stopped (the first
     error is in ``ctx.error``). ``last`` is the local batch the copy continues from."""
-    writer = ctx.local.shared_writer(ctx.topic, ctx.partition,
-                                     timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+    writer = ctx.local.shared_writer(
+        ctx.topic, ctx.partition, timeout_ms=ctx.opts.produce_timeout_ms
+    )
     sender = Sender(ctx, writer, session)
     replay = None
     if ctx.opts.replay_transactions:
@@ -129,8 +130,14 @@ def append_in_order(
                         # copied batch.
                         expected = _fill(ctx, sender, expected, b)
                     elif ctx.opts.fill_holes and b.base_offset > expected:
-                        expected = _fill_holes(ctx, replay or sender, expected, b.base_offset,
-                                               source, gap_stamp(last, b))  # fmt: skip
+                        expected = _fill_holes(
+                            ctx,
+                            replay or sender,
+                            expected,
+                            b.base_offset,
+                            source,
+                            gap_stamp(last, b),
+                        )
                     out, holes = _holes_filled(ctx, b, source) if ctx.opts.fill_holes else (b, 0)
                     check_next(ctx, out, expected, source)
                     (replay or sender).send(out, source, size=b.size, holes=holes)
@@ -175,8 +182,9 @@ def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:
             f"offset gap: the next batch from {source} starts at {b.base_offset} but the local "
             f"log end is {expected} (records removed by compaction or deletion cannot be "
             "recreated by producing)",
-            cluster=source, offset=expected,
-        )  # fmt: skip
+            cluster=source,
+            offset=expected,
+        )
     try:
         check_appendable(b, transactions=ctx.opts.replay_transactions)
         if not b.is_control:  # a marker is the local coordinator's own, not this batch
@@ -246,9 +254,11 @@ class Sender:
         return ClusterError(
             f"no Produce answer for batch {sent.base}..{sent.next_offset - 1} within "
             f"{self.answer_timeout:.0f}s",
-            cluster=self.ctx.local.name, topic=self.ctx.topic, partition=self.ctx.partition,
+            cluster=self.ctx.local.name,
+            topic=self.ctx.topic,
+            partition=self.ctx.partition,
             offset=sent.base,
-        )  # fmt: skip
+        )
 
     def _overdue(self, sent: _Sent) -> bool:
         """No answer in time. The clock starts when the writer sent the request (a batch may
@@ -313,8 +323,16 @@ class Sender:
         """Submit to the writer (never while holding the condition: the writer may run an
         answer's check, which takes it, while holding its own lock)."""
         fut = self.writer.submit(self.ctx.topic, self.ctx.partition, nxt.data, self._drop_unsent)
-        sent = _Sent(nxt.base, nxt.next_offset, nxt.size, nxt.source, fut, time.monotonic(),
-                     nxt.filler, nxt.holes)  # fmt: skip
+        sent = _Sent(
+            nxt.base,
+            nxt.next_offset,
+            nxt.size,
+            nxt.source,
+            fut,
+            time.monotonic(),
+            nxt.filler,
+            nxt.holes,
+        )
         with self._cv:
             self.outstanding = sent
             self._cv.notify_all()
@@ -347,8 +365,11 @@ class Sender:
                     handed_on = True
                 except Exception as e:  # a bug: the batch is lost, so the copy must fail
                     log.exception("submitting the next append failed")
-                    err = PartsyncError(f"submitting an append failed: {e!r}",
-                                        cluster=self.ctx.local.name, offset=nxt.base)  # fmt: skip
+                    err = PartsyncError(
+                        f"submitting an append failed: {e!r}",
+                        cluster=self.ctx.local.name,
+                        offset=nxt.base,
+                    )
                     self.ctx.fail(err)
                     self.ctx.append_failed.set()
         finally:
@@ -401,8 +422,9 @@ def _fill(ctx: CopyContext, sender: Sender, start: int, first: Batch) -> int:
             "compacted local topic rejects (no key) and cannot delete (DeleteRecords needs "
             "cleanup.policy=delete); create the local topic with cleanup.policy=delete for the "
             "first run, or start from an empty local partition at that offset",
-            cluster=ctx.local.name, offset=start,
-        )  # fmt: skip
+            cluster=ctx.local.name,
+            offset=start,
+        )
     # Before writing anything: the fillers must be deletable.
     ctx.local.check_delete_records(ctx.topic, ctx.partition, start, to)
     expected = start
@@ -422,8 +444,10 @@ def _fill(ctx: CopyContext, sender: Sender, start: int, first: Batch) -> int:
             since_delete = 0
         expected += n
     sender.wait_confirmed()
-    filled = (f"started the mirror at the sources' log start: {to - start} filler records at "
-              f"offsets {start}..{to} were appended")  # fmt: skip
+    filled = (
+        f"started the mirror at the sources' log start: {to - start} filler records at "
+        f"offsets {start}..{to} were appended"
+    )
     if to > start:
         # Said now: if the delete below fails, this round's result must still tell it.
         ctx.notes.append(filled)
@@ -434,12 +458,16 @@ def _fill(ctx: CopyContext, sender: Sender, start: int, first: Batch) -> int:
     local = ctx.plan.local
     if local.log_start < start:
         # A retention gap skipped on request: the local records went with the fillers.
-        ctx.notes.append(f"retention gap skipped: offsets {start}..{ctx.plan.copy_start} are on "
-                         f"no source; the local records {local.log_start}..{start} were "
-                         "deleted with them")  # fmt: skip
+        ctx.notes.append(
+            f"retention gap skipped: offsets {start}..{ctx.plan.copy_start} are on "
+            f"no source; the local records {local.log_start}..{start} were "
+            "deleted with them"
+        )
     if to > ctx.plan.copy_start:
-        ctx.notes.append(f"the local log starts at {to}: the source serves nothing below it, "
-                         f"though it reports its log start at {ctx.plan.copy_start}")  # fmt: skip
+        ctx.notes.append(
+            f"the local log starts at {to}: the source serves nothing below it, "
+            f"though it reports its log start at {ctx.plan.copy_start}"
+        )
     return expected
 
 
@@ -449,8 +477,9 @@ def _needs_compacted(ctx: CopyContext, offset: int, source: str) -> None:
             f"offset {offset} is a compaction hole in {source}'s log; --compaction-holes fill "
             "needs a compacted local topic (cleanup.policy has compact), whose compaction "
             "removes the hole records again; nothing written for it",
-            cluster=ctx.local.name, offset=offset,
-        )  # fmt: skip
+            cluster=ctx.local.name,
+            offset=offset,
+        )
 
 
 def _fill_holes(
@@ -489,8 +518,9 @@ def _check_agreement(
             f"sources disagree: {source}'s batch {b.base_offset}..{b.last_offset} "
             f"differs from {last_source}'s batch {last.base_offset}..{last.last_offset} already "
             "appended; refusing to mix them",
-            cluster=source, offset=b.base_offset,
-        )  # fmt: skip
+            cluster=source,
+            offset=b.base_offset,
+        )
 
 
 class _Outcome(enum.Enum):
@@ -545,8 +575,9 @@ def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> bool:
         raise FencedError(
             f"append of batch {base}..{nxt - 1} was refused: another partsync writer "
             "of this partition has a newer producer epoch; stopped writing it",
-            offset=base, **where,
-        )  # fmt: skip
+            offset=base,
+            **where,
+        )
     detail = f" ({res.error_message})" if res.error_message else ""
     if res.error_code in REFUSED_RECORD_CODES:
         # Nothing landed (Kafka validates the whole batch before appending it), and
@@ -555,19 +586,25 @@ def _check_answer(ctx: CopyContext, sent: _Sent, fut: ProduceFuture) -> bool:
             f"the local broker refused batch {base}..{nxt - 1} from {sent.source} with "
             f"{error_name(res.error_code)}{detail}: check the local topic's configs "
             "(message.timestamp.*, cleanup.policy, max.message.bytes)",
-            offset=base, **where,
-        )  # fmt: skip
+            offset=base,
+            **where,
+        )
     if res.error_code in UNKNOWN_OUTCOME_CODES:
         ctx.unconfirmed_end = nxt
     if res.error_code:
-        raise broker_error(res.error_code, f"append of batch {base}..{nxt - 1} failed{detail}",
-                           offset=base, **where)  # fmt: skip
+        raise broker_error(
+            res.error_code,
+            f"append of batch {base}..{nxt - 1} failed{detail}",
+            offset=base,
+            **where,
+        )
     if res.base_offset != base:
         raise AppendMismatchError(
             f"batch from {sent.source} with base offset {base} landed at offset "
             f"{res.base_offset}: another writer or a changed log; stopped writing",
-            offset=base, **where,
-        )  # fmt: skip
+            offset=base,
+            **where,
+        )
     if sent.filler:
         ctx.confirmed_end = nxt
     else:

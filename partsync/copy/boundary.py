@@ -93,8 +93,11 @@ def check_sources_agree(ctx: CopyContext) -> None:
                 f"sources disagree: {name}'s batch {b.base_offset}..{b.last_offset} differs from "
                 f"{ref_name}'s batch {ref.base_offset}..{ref.last_offset} at offset {at}; "
                 "refusing to copy from sources that disagree",
-                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=at,
-            )  # fmt: skip
+                cluster=name,
+                topic=ctx.topic,
+                partition=ctx.partition,
+                offset=at,
+            )
 
 
 def check_local_boundary(ctx: CopyContext) -> Batch | None:
@@ -115,8 +118,11 @@ def check_local_boundary(ctx: CopyContext) -> Batch | None:
         raise UnsafeError(
             f"local batch {mine.base_offset}..{mine.last_offset} does not end at the local log "
             f"end {local_end}",
-            cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=local_end - 1,
-        )  # fmt: skip
+            cluster=ctx.local.name,
+            topic=ctx.topic,
+            partition=ctx.partition,
+            offset=local_end - 1,
+        )
     compared = _compare_last(ctx, mine, plan.serving)
     if not compared:
         # Retention moved every serving source's log start to the local end: the copy
@@ -146,20 +152,27 @@ def _compare_last(ctx: CopyContext, mine: Batch, names: tuple[str, ...]) -> bool
         if (at := differs_at(ctx, mine, theirs, local_end - 1)) is not None:
             hint = RECREATED_HINT
             if mine.is_control and ctx.opts.replay_transactions:
-                hint = ("the local batch is a transaction marker the local coordinator wrote "
-                        "when it aborted a replayed transaction that no run resumed within "
-                        "--transaction-timeout (a killed run's, or one left open for a source "
-                        "transaction that ended later); the partition cannot be "
-                        "repaired in place: mirror it into a new local topic")  # fmt: skip
+                hint = (
+                    "the local batch is a transaction marker the local coordinator wrote "
+                    "when it aborted a replayed transaction that no run resumed within "
+                    "--transaction-timeout (a killed run's, or one left open for a source "
+                    "transaction that ended later); the partition cannot be "
+                    "repaired in place: mirror it into a new local topic"
+                )
             elif not ctx.opts.fill_holes and holds_hole_records(mine):
-                hint = ("the local batch holds hole records of an earlier run with "
-                        "--compaction-holes fill: run with it again")  # fmt: skip
+                hint = (
+                    "the local batch holds hole records of an earlier run with "
+                    "--compaction-holes fill: run with it again"
+                )
             raise DivergenceError(
                 f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "
                 f"differs from {name}'s batch {theirs.base_offset}..{theirs.last_offset} that "
                 f"holds offset {local_end - 1} (first difference at {at}; {hint})",
-                cluster=name, topic=ctx.topic, partition=ctx.partition, offset=at,
-            )  # fmt: skip
+                cluster=name,
+                topic=ctx.topic,
+                partition=ctx.partition,
+                offset=at,
+            )
     return compared
 
 
@@ -221,8 +234,9 @@ def _checked(
         reason = f"{what} could not be compared: {e}"
         return dataclasses.replace(plan, condition=Condition.UNKNOWN, reason=reason)
     except PartsyncError as e:
-        return dataclasses.replace(plan, condition=Condition.UNSAFE, reason=e.reason,
-                                   chunks=(), serving=())  # fmt: skip
+        return dataclasses.replace(
+            plan, condition=Condition.UNSAFE, reason=e.reason, chunks=(), serving=()
+        )
     finally:
         ctx.close_all()
 

@@ -174,8 +174,9 @@ def copy_small(
     wave = max(1, min(WAVE, opts.memory_budget // (4 * SMALL_FETCH_BYTES)))
     done = threading.Event()
     if len({id(c.stop) for c in copies}) > 1:  # stops of their own: a group member's revokes
-        threading.Thread(target=_let_go_stopped, args=(copies, done), daemon=True,
-                         name="round-revokes").start()  # fmt: skip
+        threading.Thread(
+            target=_let_go_stopped, args=(copies, done), daemon=True, name="round-revokes"
+        ).start()
     try:
         for i in range(0, len(copies), wave):
             try:
@@ -257,8 +258,9 @@ def _fetch_and_append(
         source = plan.serving[0]
         ctx = CopyContext(plan, sources, local, opts, c.rules, progress, c.stop)
         size = min(SMALL_FETCH_BYTES, opts.fetch_bytes) if fits_small(plan) else first_size
-        read = RangeRead(source, plan.topic, plan.partition, plan.copy_start, plan.target_end,
-                         opts.fetch_bytes)  # fmt: skip
+        read = RangeRead(
+            source, plan.topic, plan.partition, plan.copy_start, plan.target_end, opts.fetch_bytes
+        )
         job = _Job(c, ctx, source, read, size, started=time.monotonic())
         jobs.append(job)
         try:
@@ -267,18 +269,23 @@ def _fetch_and_append(
             if not ctx.budget.acquire(size, 0, wait=False):
                 _hand_back(job, out, "no room in the memory budget")
                 continue
-            lane = sources[source].fetch_lane(plan.topic, plan.partition, 0,
-                                              in_flight=opts.fetches_in_flight)  # fmt: skip
-            job.fetch = lane.submit(plan.topic, plan.partition, plan.copy_start, size,
-                                    max_wait_ms=opts.fetch_wait_ms)  # fmt: skip
+            lane = sources[source].fetch_lane(
+                plan.topic, plan.partition, 0, in_flight=opts.fetches_in_flight
+            )
+            job.fetch = lane.submit(
+                plan.topic, plan.partition, plan.copy_start, size, max_wait_ms=opts.fetch_wait_ms
+            )
         except PartsyncError as e:
             _hand_back(job, out, f"fetch not sent: {e}")
     # Every answer (and the rate limits' waits) and every fence first: then the local ends are
     # read, after the fences and as late as possible, right before the appends (a fenced
     # writer's append still in flight can land until the new owner's first append; see
     # docs/how-it-works.md).
-    fetched = [(job, batches) for job in jobs
-               if job.copy.key not in out and (batches := _fetched(job, out)) is not None]  # fmt: skip
+    fetched = [
+        (job, batches)
+        for job in jobs
+        if job.copy.key not in out and (batches := _fetched(job, out)) is not None
+    ]
     fetched = [(job, batches) for job, batches in fetched if _fenced(job, out)]
     try:
         unmoved = _unmoved(local, [job.ctx.plan for job, _b in fetched])
@@ -312,8 +319,11 @@ def _unmoved(local: Cluster, plans: list[PartitionPlan]) -> set[TopicPartition]:
     now: dict[TopicPartition, tuple[Bounds, int]] = {}
     for topic, parts in by_topic.items():
         now.update(((topic, p), v) for p, v in local.bounds_and_log_ends(topic, parts).items())
-    return {(p.topic, p.partition) for p in plans
-            if now[(p.topic, p.partition)] == (p.local, p.local.end)}  # fmt: skip
+    return {
+        (p.topic, p.partition)
+        for p in plans
+        if now[(p.topic, p.partition)] == (p.local, p.local.end)
+    }
 
 
 def _hand_back(job: _Job, out: dict[TopicPartition, PartitionResult | None], why: str) -> None:
@@ -497,8 +507,9 @@ def _fetch_size(opts: CopyOptions, partitions: int) -> int:
 
 def _reading(job: _Job) -> bool:
     ctx = job.ctx
-    return (not job.read.done and job.error is None and ctx.error is None
-            and not ctx.stopping.is_set())  # fmt: skip
+    return (
+        not job.read.done and job.error is None and ctx.error is None and not ctx.stopping.is_set()
+    )
 
 
 def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) -> bool:
@@ -513,12 +524,18 @@ def _ask(job: _Job, sources: Mapping[str, Cluster], size: int, *, wait: bool) ->
     if not ctx.budget.acquire(size, piece, wait=wait):
         return False
     try:
-        lane = sources[job.source].fetch_lane(plan.topic, plan.partition, 0,
-                                              in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+        lane = sources[job.source].fetch_lane(
+            plan.topic, plan.partition, 0, in_flight=ctx.opts.fetches_in_flight
+        )
         job.size = size
-        job.fetch = lane.submit(plan.topic, plan.partition, job.read.offset, size,
-                                max_wait_ms=ctx.opts.fetch_wait_ms,
-                                cancelled=ctx.stopping.is_set)  # fmt: skip
+        job.fetch = lane.submit(
+            plan.topic,
+            plan.partition,
+            job.read.offset,
+            size,
+            max_wait_ms=ctx.opts.fetch_wait_ms,
+            cancelled=ctx.stopping.is_set,
+        )
     except PartsyncError as e:
         ctx.budget.release(size)
         job.error = e
@@ -538,11 +555,15 @@ def _take_more(job: _Job) -> None:
             ctx.check_running()
         reply = job.fetch.outcome()
         assert reply is not None
-        if reply.partition is None or (reply.partition.preferred_read_replica >= 0
-                                       and not len(reply.partition.records)):  # fmt: skip
-            raise HandedOnError("the source left the partition out of a fetch (throttled?) "
-                                "or points at another replica", cluster=job.source,
-                                offset=job.read.offset)  # fmt: skip
+        if reply.partition is None or (
+            reply.partition.preferred_read_replica >= 0 and not len(reply.partition.records)
+        ):
+            raise HandedOnError(
+                "the source left the partition out of a fetch (throttled?) "
+                "or points at another replica",
+                cluster=job.source,
+                offset=job.read.offset,
+            )
         fetched = job.read.take(reply.partition, job.size)
         for b in fetched.batches:
             if (why := _usual_rounds_must(ctx, b, job.expected, job.source)) is not None:
@@ -559,5 +580,8 @@ def _take_more(job: _Job) -> None:
         job.fetch = None  # its buffer lives on only in the batches sent
         ctx.budget.release(job.size - kept)
     if job.read.done and job.error is None and job.expected != ctx.plan.target_end:
-        job.error = ClusterError(f"the batches end at {job.expected}, not {ctx.plan.target_end}",
-                                 cluster=job.source, offset=job.expected)  # fmt: skip
+        job.error = ClusterError(
+            f"the batches end at {job.expected}, not {ctx.plan.target_end}",
+            cluster=job.source,
+            offset=job.expected,
+        )

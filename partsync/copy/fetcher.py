@@ -69,10 +69,16 @@ def plan_pieces(ctx: CopyContext) -> Pieces:
     for source in {c.source for c in ctx.plan.chunks}:
         # Only to a far broker do one partition's fetches overlap.
         depth[source] = max(1, opts.fetches_in_flight) if _lane(ctx, source, 0).far else 1
-        probe[source] = min(opts.fetch_bytes, _PROBE_BYTES if k * depth[source] > 1
-                            else _LONE_PROBE_BYTES)  # fmt: skip
-    return Pieces(ctx.plan.chunks, connections=k, in_flight=depth, fetch_bytes=opts.fetch_bytes,
-                  probe_bytes=probe)  # fmt: skip
+        probe[source] = min(
+            opts.fetch_bytes, _PROBE_BYTES if k * depth[source] > 1 else _LONE_PROBE_BYTES
+        )
+    return Pieces(
+        ctx.plan.chunks,
+        connections=k,
+        in_flight=depth,
+        fetch_bytes=opts.fetch_bytes,
+        probe_bytes=probe,
+    )
 
 
 def _lane(ctx: CopyContext, source: str, n: int) -> FetchLane:
@@ -80,8 +86,9 @@ def _lane(ctx: CopyContext, source: str, n: int) -> FetchLane:
     replica in the client's rack: ``Cluster.fetch_lane``): shared with every other copy that
     fetches from that broker, and one partition's ``n`` fetchers still use ``n`` connections
     (a long fat link)."""
-    return ctx.sources[source].fetch_lane(ctx.topic, ctx.partition, n,
-                                          in_flight=ctx.opts.fetches_in_flight)  # fmt: skip
+    return ctx.sources[source].fetch_lane(
+        ctx.topic, ctx.partition, n, in_flight=ctx.opts.fetches_in_flight
+    )
 
 
 def start_fetchers(ctx: CopyContext, pieces: Pieces) -> list[threading.Thread]:
@@ -90,9 +97,11 @@ def start_fetchers(ctx: CopyContext, pieces: Pieces) -> list[threading.Thread]:
     for source, work in pieces.sources.items():
         for n in range(ctx.opts.connections_per_broker):
             t = threading.Thread(
-                target=_fetch_worker, args=(ctx, source, work, n), daemon=True,
+                target=_fetch_worker,
+                args=(ctx, source, work, n),
+                daemon=True,
                 name=f"fetch-{ctx.topic}-{ctx.partition}-{source}-{n}",
-            )  # fmt: skip
+            )
             threads.append(t)
             t.start()
     return threads
@@ -178,9 +187,14 @@ class _Fetcher:
                     raise Stop()
                 return  # the budget is full: read answers first
             offset, _ = r.read.request()
-            fut = self.lane.submit(self.ctx.topic, self.ctx.partition, offset, r.size,
-                                   max_wait_ms=self.ctx.opts.fetch_wait_ms,
-                                   cancelled=self.ctx.stopping.is_set)  # fmt: skip
+            fut = self.lane.submit(
+                self.ctx.topic,
+                self.ctx.partition,
+                offset,
+                r.size,
+                max_wait_ms=self.ctx.opts.fetch_wait_ms,
+                cancelled=self.ctx.stopping.is_set,
+            )
             self.ready.pop(0)
             r.sent = True
             self.sent.append((r, fut, self.lane.broker))
@@ -194,8 +208,17 @@ class _Fetcher:
         if piece.first and start > 0 and start - 1 >= self.bounds.log_start:
             start -= 1
         end = piece.end if piece.end is not None else piece.chunk.end
-        r = _Read(piece, RangeRead(self.source, self.ctx.topic, self.ctx.partition, start, end,
-                                   self.ctx.opts.fetch_bytes))  # fmt: skip
+        r = _Read(
+            piece,
+            RangeRead(
+                self.source,
+                self.ctx.topic,
+                self.ctx.partition,
+                start,
+                end,
+                self.ctx.opts.fetch_bytes,
+            ),
+        )
         self.mine.append(r)
         self._requeue(r)
 
@@ -301,8 +324,11 @@ class _Fetcher:
             cluster.prefer_read_replica(topic, partition, answer.preferred_read_replica)
             return True
         offset, end = r.read.offset, r.read.end
-        if (not len(answer.records) and 0 <= answer.high_watermark <= offset < end
-                and self._from_replica(broker)):  # fmt: skip
+        if (
+            not len(answer.records)
+            and 0 <= answer.high_watermark <= offset < end
+            and self._from_replica(broker)
+        ):
             if r.behind_s >= _BEHIND_LIMIT_S:
                 cluster.forget_read_replica(topic, partition, broker)
             else:
@@ -325,7 +351,9 @@ class _Fetcher:
 def throttle(ctx: CopyContext, source: str, nbytes: int) -> None:
     """Hold this fetcher back so the run's and the source cluster's byte rates hold."""
     ref = ctx.sources[source].ref
-    for lim in (limiter_for("run", ctx.opts.max_bytes_per_sec),
-                limiter_for(f"cluster:{source}", ref.max_bytes_per_sec)):  # fmt: skip
+    for lim in (
+        limiter_for("run", ctx.opts.max_bytes_per_sec),
+        limiter_for(f"cluster:{source}", ref.max_bytes_per_sec),
+    ):
         if lim is not None:
             lim.acquire(nbytes, cancel=ctx.stopping)

@@ -70,8 +70,10 @@ class CopyOptions:
         if self.transactions not in ("refuse", "replay"):
             raise ValueError("transactions must be 'refuse' or 'replay'")
         if self.replay_transactions and not self.fencing:
-            raise ValueError("replaying transactions needs fencing (the transaction slots' "
-                             "transactional ids are the partition's own)")  # fmt: skip
+            raise ValueError(
+                "replaying transactions needs fencing (the transaction slots' "
+                "transactional ids are the partition's own)"
+            )
 
     @property
     def fill_holes(self) -> bool:

@@ -45,9 +45,11 @@ def _run(ctx: CopyContext, producer: ProducerSession | None) -> ProducerSession 
                 f"the local log moved since the plan (now {now.log_start}..{now.end}, planned "
                 f"{ctx.plan.local.log_start}..{ctx.plan.local.end}): a transaction an earlier "
                 "run left open was aborted, or another writer appended; plan again",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                cluster=ctx.local.name,
+                topic=ctx.topic,
+                partition=ctx.partition,
                 offset=ctx.plan.local.end,
-            )  # fmt: skip
+            )
     last = check_local_boundary(ctx)
     trim_bootstrap_head(ctx)
     pieces = plan_pieces(ctx)
@@ -151,9 +153,13 @@ def copy_result(ctx: CopyContext, started: float) -> PartitionResult:
         unconfirmed_end=ctx.unconfirmed_end if ctx.error is not None else None,
     )
     if ctx.error is not None:
-        status = (Status.UNSAFE if isinstance(ctx.error, UnsafeError)
-                  else Status.HANDED_OVER if isinstance(ctx.error, FencedError)
-                  else Status.ERROR)  # fmt: skip
+        status = (
+            Status.UNSAFE
+            if isinstance(ctx.error, UnsafeError)
+            else Status.HANDED_OVER
+            if isinstance(ctx.error, FencedError)
+            else Status.ERROR
+        )
         return result.with_status(status, str(ctx.error), ctx.error)
     result = result.with_copy(open_transactions=tuple(ctx.open_txns))
     if ctx.stopped_at is not None and ctx.confirmed_end == ctx.stopped_at:

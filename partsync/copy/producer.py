@@ -122,9 +122,14 @@ def open_producer_for(
 ) -> ProducerSession:
     """``open_producer`` as a copy with ``opts`` needs it: fenced unless ``--no-fencing``, with
     the transaction slots a replay of transactions uses."""
-    return open_producer(local, topic, partition, opts.fencing,
-                         txn_slots=opts.replay_transactions,
-                         txn_timeout_ms=opts.transaction_timeout_ms)  # fmt: skip
+    return open_producer(
+        local,
+        topic,
+        partition,
+        opts.fencing,
+        txn_slots=opts.replay_transactions,
+        txn_timeout_ms=opts.transaction_timeout_ms,
+    )
 
 
 def take_up_slots(
@@ -155,13 +160,24 @@ def take_up_slots(
         if not ending:
             break
         if time.monotonic() > deadline:
-            raise ClusterError(f"transactions {ending} are still being ended after {wait:g}s; "
-                               "their markers must land before the copy plans",
-                               cluster=local.name, topic=topic, partition=partition)  # fmt: skip
+            raise ClusterError(
+                f"transactions {ending} are still being ended after {wait:g}s; "
+                "their markers must land before the copy plans",
+                cluster=local.name,
+                topic=topic,
+                partition=partition,
+            )
         time.sleep(0.05)
     if any(st.state == "Ongoing" for st in states.values()):
-        fence_slots(local, topic, partition, session, lane=lane, txn_timeout_ms=txn_timeout_ms,
-                    states=states)  # fmt: skip
+        fence_slots(
+            local,
+            topic,
+            partition,
+            session,
+            lane=lane,
+            txn_timeout_ms=txn_timeout_ms,
+            states=states,
+        )
 
 
 def fence_slots(
@@ -178,8 +194,9 @@ def fence_slots(
     run left open is taken up (``_left_open``, into ``session.open_txns``), every other slot's
     id is initialised, which fences whoever held it."""
     if states is None and local.can_resume_transactions():
-        states = local.describe_transactions([slot_id(topic, partition, n)
-                                              for n in range(TXN_SLOTS)])  # fmt: skip
+        states = local.describe_transactions(
+            [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
+        )
     left_open = _left_open(local, topic, partition, states)
     for n in range(TXN_SLOTS):
         if n in left_open:
@@ -276,10 +293,15 @@ def renew_producer(
     )
     # The transaction slots keep their identities: initialising them again would abort the
     # transactions a round left open for the source's markers.
-    return ProducerSession(pid, epoch, fencing=True, slots=session.slots,
-                           slot_sequences=session.slot_sequences,
-                           open_txns=session.open_txns,
-                           open_until=session.open_until)  # fmt: skip
+    return ProducerSession(
+        pid,
+        epoch,
+        fencing=True,
+        slots=session.slots,
+        slot_sequences=session.slot_sequences,
+        open_txns=session.open_txns,
+        open_until=session.open_until,
+    )
 
 
 def open_fenced_producers(

@@ -91,8 +91,9 @@ class TxnReplay:
             source_timeout=lambda pid: ctx.sources[self._source].transaction_timeout(pid),
             source_deadline=lambda pid: ctx.sources[self._source].transaction_deadline(pid),
         )
-        self._window: TxnWindow[_Held] = TxnWindow(TXN_SLOTS, ctx.opts.max_in_flight_bytes,
-                                                   self.rule.hold)  # fmt: skip
+        self._window: TxnWindow[_Held] = TxnWindow(
+            TXN_SLOTS, ctx.opts.max_in_flight_bytes, self.rule.hold
+        )
         self._live: dict[int, _Txn] = {}  # source producer id -> its local replay
         self._writers: dict[int, SharedWriter] = {}  # slot -> its writer
         self._active = main  # the sender whose appends may be in flight
@@ -122,8 +123,9 @@ class TxnReplay:
         """Take the next batch (checked by the appender; the arguments are ``Sender.send``'s,
         for hole batches and batches with holes filled): held while any transaction seen is
         open, appended with everything held once none is."""
-        item = _Held(b, source, at, filler, 0 if filler else b.size if size is None else size,
-                     holes)  # fmt: skip
+        item = _Held(
+            b, source, at, filler, 0 if filler else b.size if size is None else size, holes
+        )
         self._source = source
         try:
             ready = self._window.take(item, None if filler else b, item.size)
@@ -136,9 +138,11 @@ class TxnReplay:
                 # gets past it. A person must raise the limit.
                 raise UnsafeError(
                     f"{e.reason}; raise --max-in-flight-bytes (and --memory-budget)",
-                    cluster=source, topic=self.ctx.topic, partition=self.ctx.partition,
+                    cluster=source,
+                    topic=self.ctx.topic,
+                    partition=self.ctx.partition,
                     offset=e.offset,
-                ) from None  # fmt: skip
+                ) from None
             self.held_back = e
             raise
         for h in ready:
@@ -175,24 +179,38 @@ class TxnReplay:
         if self._window.holding:
             held = open_txns_text(self._window.held_open)
             ctx.stopped_at = ctx.confirmed_end
-            why = (self.held_back.reason if self.held_back is not None
-                   else f"the source transactions of {held} have no marker in the range yet")  # fmt: skip
+            why = (
+                self.held_back.reason
+                if self.held_back is not None
+                else f"the source transactions of {held} have no marker in the range yet"
+            )
             if not self.rule.resumable:
-                how = (f"{ctx.local.name} cannot resume a transaction left open by an earlier run "
-                       "(it lacks DescribeTransactions or DescribeProducers, KIP-664), so a "
-                       "replay holds each transaction back until its marker")  # fmt: skip
+                how = (
+                    f"{ctx.local.name} cannot resume a transaction left open by an earlier run "
+                    "(it lacks DescribeTransactions or DescribeProducers, KIP-664), so a "
+                    "replay holds each transaction back until its marker"
+                )
             else:
-                how = ("they began more than --transaction-timeout ago and are still open in the "
-                       "source, longer than the local coordinator keeps a transaction open, so "
-                       "a replay holds them back until their markers")  # fmt: skip
-            ctx.behind = (f"copied up to offset {ctx.confirmed_end}: {why}; {how}; run again once "
-                          "the source has ended them, or run sync --follow, which copies them "
-                          "as soon as they end")  # fmt: skip
+                how = (
+                    "they began more than --transaction-timeout ago and are still open in the "
+                    "source, longer than the local coordinator keeps a transaction open, so "
+                    "a replay holds them back until their markers"
+                )
+            ctx.behind = (
+                f"copied up to offset {ctx.confirmed_end}: {why}; {how}; run again once "
+                "the source has ended them, or run sync --follow, which copies them "
+                "as soon as they end"
+            )
             self._window.drop_held()  # a held straddling batch: _fill deleted the fillers
         for pid, txn in sorted(self._live.items(), key=lambda kv: kv[1].first):
-            ctx.open_txns.append({"source_producer_id": pid, "first_offset": txn.first,
-                                  "local_slot": txn.slot,
-                                  "open_until_ms": txn.until_ms})  # fmt: skip
+            ctx.open_txns.append(
+                {
+                    "source_producer_id": pid,
+                    "first_offset": txn.first,
+                    "local_slot": txn.slot,
+                    "open_until_ms": txn.until_ms,
+                }
+            )
         if ctx.open_txns:
             until = [t["open_until_ms"] for t in ctx.open_txns if t["open_until_ms"] >= 0]
             when = (
@@ -260,31 +278,41 @@ class TxnReplay:
             raise UnsafeError(
                 f"the local transaction left open from offset {first} (slot {slot}) replays no "
                 f"source transaction: {source}'s batch there is {theirs.describe()}",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
-            )  # fmt: skip
+                cluster=ctx.local.name,
+                topic=ctx.topic,
+                partition=ctx.partition,
+                offset=first,
+            )
         if theirs.producer_id in self._live:
             raise PartsyncError(
                 f"two local transactions left open (slots {self._live[theirs.producer_id].slot} "
                 f"and {slot}) replay the same source transaction at offset {first}",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition, offset=first,
-            )  # fmt: skip
+                cluster=ctx.local.name,
+                topic=ctx.topic,
+                partition=ctx.partition,
+                offset=first,
+            )
         until = self.session.open_until.get(slot, -1)
         self._live[theirs.producer_id] = self._slot_txn(slot, first, until)
         if not theirs.is_control:  # a marker-only transaction just ends
             self._window.resumed(theirs.producer_id, first)
-        ctx.notes.append(f"resumed the local transaction left open from offset {first} (source "
-                         f"producer {theirs.producer_id})")  # fmt: skip
+        ctx.notes.append(
+            f"resumed the local transaction left open from offset {first} (source "
+            f"producer {theirs.producer_id})"
+        )
 
     def _slot_txn(self, slot: int, first: int, until_ms: int) -> _Txn:
         ctx = self.ctx
         writer = self._writers.get(slot)
         if writer is None or writer.broken:  # one per slot, for all its transactions
             tid = slot_id(ctx.topic, ctx.partition, slot)
-            writer = ctx.local.txn_writer(ctx.topic, ctx.partition, tid,
-                                          timeout_ms=ctx.opts.produce_timeout_ms)  # fmt: skip
+            writer = ctx.local.txn_writer(
+                ctx.topic, ctx.partition, tid, timeout_ms=ctx.opts.produce_timeout_ms
+            )
             self._writers[slot] = writer
-        identity = ProducerSession(*self.session.slots[slot],
-                                   sequence=self.session.slot_sequences.get(slot, 0))  # fmt: skip
+        identity = ProducerSession(
+            *self.session.slots[slot], sequence=self.session.slot_sequences.get(slot, 0)
+        )
         return _Txn(slot, Sender(ctx, writer, identity), first, until_ms)
 
     def _begin(self, source_pid: int, first: int) -> _Txn:
@@ -324,17 +352,24 @@ class TxnReplay:
         (``producer.take_up_slots``); one found now is another writer's or a killed run's
         since, and the round is planned again, which takes it up."""
         ctx = self.ctx
-        fence_slots(ctx.local, ctx.topic, ctx.partition, self.session,
-                    txn_timeout_ms=ctx.opts.transaction_timeout_ms)  # fmt: skip
+        fence_slots(
+            ctx.local,
+            ctx.topic,
+            ctx.partition,
+            self.session,
+            txn_timeout_ms=ctx.opts.transaction_timeout_ms,
+        )
         _b, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
         if self.session.open_txns or leo != ctx.confirmed_end:
             raise ClusterError(
                 f"a transaction of this partition's slots was open (or was aborted: the local "
                 f"log ends at {leo}, not {ctx.confirmed_end}) when the copy began its first; "
                 "planning again",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                cluster=ctx.local.name,
+                topic=ctx.topic,
+                partition=ctx.partition,
                 offset=ctx.confirmed_end,
-            )  # fmt: skip
+            )
 
     def _end(self, b: Batch, source: str, size: int) -> None:
         """End the slot's transaction as the source's marker ``b`` ended it, and wait until
@@ -354,9 +389,11 @@ class TxnReplay:
             raise AppendMismatchError(
                 f"the local log ends at {leo}, not at the source's "
                 f"{marker_name(marker_type(b))} marker's offset {b.base_offset}",
-                cluster=ctx.local.name, topic=ctx.topic, partition=ctx.partition,
+                cluster=ctx.local.name,
+                topic=ctx.topic,
+                partition=ctx.partition,
                 offset=b.base_offset,
-            )  # fmt: skip
+            )
         tid = slot_id(ctx.topic, ctx.partition, txn.slot)
         producer = self.session.slots[txn.slot]
         ctx.unconfirmed_end = b.next_offset  # from here the marker may land
@@ -379,14 +416,19 @@ class TxnReplay:
         ctx = self.ctx
         at = b.base_offset
         kind = marker_name(COMMIT if commit else ABORT)
-        where: dict[str, Any] = {"cluster": ctx.local.name, "topic": ctx.topic,
-                                 "partition": ctx.partition, "offset": at}  # fmt: skip
+        where: dict[str, Any] = {
+            "cluster": ctx.local.name,
+            "topic": ctx.topic,
+            "partition": ctx.partition,
+            "offset": at,
+        }
         conn = ctx.open(ctx.local)
         deadline = time.monotonic() + ctx.opts.produce_timeout_ms / 1000
         while True:
             ctx.check_running()
-            got = conn.fetch(ctx.topic, [(ctx.partition, at, 64 << 10)], max_wait_ms=200,
-                             min_bytes=1)[ctx.partition]  # fmt: skip
+            got = conn.fetch(
+                ctx.topic, [(ctx.partition, at, 64 << 10)], max_wait_ms=200, min_bytes=1
+            )[ctx.partition]
             if got.error_code:
                 raise broker_error(got.error_code, f"reading the {kind} marker back", **where)
             landed = list(iter_batches(got.records, start=at))
@@ -398,7 +440,7 @@ class TxnReplay:
                     f"land within {ctx.opts.produce_timeout_ms / 1000:g}s (the local high "
                     f"watermark is {got.high_watermark})",
                     **where,
-                )  # fmt: skip
+                )
         first = landed[0]
         if first.base_offset != at:
             raise AppendMismatchError(
@@ -406,21 +448,21 @@ class TxnReplay:
                 f"batch at {at} is {first.describe()}): another writer or a changed log; "
                 "stopped writing",
                 **where,
-            )  # fmt: skip
+            )
         if (first.producer_id, first.producer_epoch) != producer:
             raise AppendMismatchError(
                 f"the marker at offset {at} ends producer {first.producer_id}'s transaction "
                 f"(epoch {first.producer_epoch}), not the replay's (producer {producer[0]}, "
                 f"epoch {producer[1]}): another writer or a changed log; stopped writing",
                 **where,
-            )  # fmt: skip
+            )
         if not first.is_control or (marker_type(first) == COMMIT) != commit:
             got_kind = marker_name(marker_type(first)) if first.is_control else "no marker"
             raise AppendMismatchError(
                 f"the local batch at offset {at} is {got_kind}, the source's a {kind} marker: "
                 "the local transaction was ended by someone else (its timeout?)",
                 **where,
-            )  # fmt: skip
+            )
         # Alone and replicated: the log ends right after it and the high watermark has
         # reached it (a Fetch answer's high watermark may be older than its records).
         backoff = Backoff(0.002, 0.05, deadline=ctx.opts.hw_wait_s)
@@ -431,9 +473,11 @@ class TxnReplay:
                     f"the local log ends at {leo} right after the replayed transaction's "
                     f"marker at offset {at}: another writer or a changed log; stopped writing",
                     **where,
-                )  # fmt: skip
+                )
             if bounds.end == leo:
                 return
             if not backoff.wait():
-                raise ClusterError(f"the marker at offset {at} is not replicated after "
-                                   f"{ctx.opts.hw_wait_s:g}s", **where)  # fmt: skip
+                raise ClusterError(
+                    f"the marker at offset {at} is not replicated after {ctx.opts.hw_wait_s:g}s",
+                    **where,
+                )

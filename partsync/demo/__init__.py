@@ -128,12 +128,14 @@ def run_demo(
                 again = run_sync(req, LocalEngine(), pool)
                 err.print(summary_line(again), highlight=False)
             if keep:
-                err.print("brokers keep running; Ctrl-C to stop. Try:")
-                err.print(
-                    f"  partsync plan --topic {TOPIC} --sources {dc2.bootstrap},{dc3.bootstrap} "
-                    f"--local {dc1.bootstrap}"
-                )
+                # Inside the try from the first line printed: a SIGTERM that follows the
+                # announcement at once must stop the demo as cleanly as one an hour later.
                 try:
+                    err.print("brokers keep running; Ctrl-C to stop. Try:")
+                    err.print(
+                        f"  partsync plan --topic {TOPIC} "
+                        f"--sources {dc2.bootstrap},{dc3.bootstrap} --local {dc1.bootstrap}"
+                    )
                     import time
 
                     while True:

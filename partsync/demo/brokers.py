@@ -309,11 +309,15 @@ def start_tansu(name: str | None = None, *, timeout: float = START_TIMEOUT_S) ->
     def argv(port: int) -> list[str]:
         url = f"tcp://{HOST}:{port}"
         return [
-            binary, "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", f"memory://{name}/",
-        ]  # fmt: skip
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            f"memory://{name}/",
+        ]
 
     return _launch("tansu", argv, None, [tmp], tmp / "broker.log", timeout)
 
@@ -352,10 +356,17 @@ def start_noida(data_dir: Path | None = None, *, timeout: float = START_TIMEOUT_
 
     def argv(port: int) -> list[str]:
         return [
-            binary, "start", "--only", "kafka",
-            "--host", HOST, "--kafka-port", str(port),
-            "--data-dir", str(data_dir),
-        ]  # fmt: skip
+            binary,
+            "start",
+            "--only",
+            "kafka",
+            "--host",
+            HOST,
+            "--kafka-port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+        ]
 
     # The binary prints a harmless glibc "weak version GLIBC_2.39" warning on stderr here;
     # it goes to the log file with everything else.

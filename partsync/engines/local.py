@@ -40,8 +40,13 @@ class LocalEngine(Engine):
         pool: ClusterPool,
         on_result: Callable[[PartitionResult], None] | None = None,
     ) -> list[PartitionResult]:
-        runner = PartitionRunner(tasks, pool, RunOptions(parallelism=self.parallelism),
-                                 stop=self.stop, progress=self.progress)  # fmt: skip
+        runner = PartitionRunner(
+            tasks,
+            pool,
+            RunOptions(parallelism=self.parallelism),
+            stop=self.stop,
+            progress=self.progress,
+        )
         runner.run()
         results = list(runner.results.values())
         if on_result:

@@ -58,8 +58,9 @@ def _list_offsets(
         conn = cluster.broker_conn(leader)
         for now in _one_per_partition(keys):
             epochs = dict(now)
-            answers = conn.list_offsets(topic, list(epochs), timestamp, replica_id=replica_id,
-                                        leader_epochs=epochs)  # fmt: skip
+            answers = conn.list_offsets(
+                topic, list(epochs), timestamp, replica_id=replica_id, leader_epochs=epochs
+            )
             for key in now:  # a partition left out of the answer: an error
                 out[key] = answers.get(key[0], (-1, -1))
         return out
@@ -93,9 +94,12 @@ def _probe(
         out: dict[tuple[int, int], FetchedPartition | None] = {}
         for now in _one_per_partition(keys):
             fetched = cluster.broker_conn(leader).fetch(
-                topic, [(p, off, 1) for p, off in now],
-                max_wait_ms=PROBE_WAIT_MS, min_bytes=1, max_bytes=1,
-            )  # fmt: skip
+                topic,
+                [(p, off, 1) for p, off in now],
+                max_wait_ms=PROBE_WAIT_MS,
+                min_bytes=1,
+                max_bytes=1,
+            )
             for p, off in now:
                 out[(p, off)] = fetched.get(p)
         return out

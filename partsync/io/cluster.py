@@ -307,8 +307,7 @@ class Cluster:
                 if not code and coord is not None:
                     self._txn_coordinators[key] = coord
         if unavailable := sum(1 for code, _c in found.values() if code):
-            log.debug("%d transactional ids' coordinators not found within %gs",
-                      unavailable, wait)  # fmt: skip
+            log.debug("%d transactional ids' coordinators not found within %gs", unavailable, wait)
 
     def _txn_coordinator(
         self, transactional_id: str, timeout: float
@@ -348,8 +347,7 @@ class Cluster:
             return self.broker_conn(self._any_broker()).init_producer_id()
         backoff = Backoff(0.2, 1.0, deadline=timeout)
         while True:
-            code, coord, cached = self._txn_coordinator(transactional_id,
-                                                        backoff.remaining or 0.0)  # fmt: skip
+            code, coord, cached = self._txn_coordinator(transactional_id, backoff.remaining or 0.0)
             if not code and coord is not None:
                 # The coordinator found may have moved by the time it is asked: ask again.
                 try:
@@ -375,8 +373,11 @@ class Cluster:
                         cluster=self.name,
                     )
             if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
-                err = broker_error(code, f"InitProducerId for transactional id {transactional_id!r}",
-                                   cluster=self.name)  # fmt: skip
+                err = broker_error(
+                    code,
+                    f"InitProducerId for transactional id {transactional_id!r}",
+                    cluster=self.name,
+                )
                 err.reason += _FENCING_HINT
                 raise err
 
@@ -395,8 +396,7 @@ class Cluster:
         A broken connection raises at once: the request may have been carried out."""
         backoff = Backoff(0.02, 0.5, deadline=timeout)
         while True:
-            code, coord, _cached = self._txn_coordinator(transactional_id,
-                                                         backoff.remaining or 0.0)  # fmt: skip
+            code, coord, _cached = self._txn_coordinator(transactional_id, backoff.remaining or 0.0)
             if not code and coord is not None:
                 try:
                     code = ask(self.broker_conn(coord.node_id))
@@ -408,8 +408,9 @@ class Cluster:
                 if code in COORDINATOR_RETRY_CODES:
                     self._forget_txn_coordinator(transactional_id)
             if code not in _INIT_PRODUCER_RETRY_CODES or not backoff.wait():
-                raise broker_error(code, f"{what} for transactional id {transactional_id!r}",
-                                   cluster=self.name)  # fmt: skip
+                raise broker_error(
+                    code, f"{what} for transactional id {transactional_id!r}", cluster=self.name
+                )
 
     def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer] | None:
         """The partition's active producers (its leader's producer state), or None where the
@@ -461,16 +462,21 @@ class Cluster:
                         self._forget_txn_coordinator(tid)
                         retry.append(tid)
                     elif st.error_code not in (0, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND):
-                        raise broker_error(st.error_code, f"DescribeTransactions for "
-                                           f"transactional id {tid!r}", cluster=self.name)  # fmt: skip
+                        raise broker_error(
+                            st.error_code,
+                            f"DescribeTransactions for transactional id {tid!r}",
+                            cluster=self.name,
+                        )
                     else:
                         out[tid] = st
             if not retry:
                 return out
             if not backoff.wait():
-                raise ClusterError(f"the coordinators of transactional ids {retry} did not "
-                                   f"answer DescribeTransactions within {timeout:g}s",
-                                   cluster=self.name)  # fmt: skip
+                raise ClusterError(
+                    f"the coordinators of transactional ids {retry} did not "
+                    f"answer DescribeTransactions within {timeout:g}s",
+                    cluster=self.name,
+                )
             todo = retry
 
     def init_producer_ids(
@@ -497,8 +503,12 @@ class Cluster:
                     )
                 else:
                     by_node.setdefault(coord.node_id, []).append(tid)
-        jobs = [(node, lane, tids[lane::lanes]) for node, tids in by_node.items()
-                for lane in range(lanes) if tids[lane::lanes]]  # fmt: skip
+        jobs = [
+            (node, lane, tids[lane::lanes])
+            for node, tids in by_node.items()
+            for lane in range(lanes)
+            if tids[lane::lanes]
+        ]
 
         def ask(job: tuple[int, int, list[str]]) -> list[tuple[int, int, int] | PartsyncError]:
             node, lane, tids = job
@@ -516,8 +526,11 @@ class Cluster:
                     elif answer[0]:
                         if answer[0] in COORDINATOR_RETRY_CODES:
                             self._forget_txn_coordinator(tid)
-                        out[tid] = broker_error(answer[0], f"InitProducerId for transactional "
-                                                f"id {tid!r}", cluster=self.name)  # fmt: skip
+                        out[tid] = broker_error(
+                            answer[0],
+                            f"InitProducerId for transactional id {tid!r}",
+                            cluster=self.name,
+                        )
                     else:
                         out[tid] = (answer[1], answer[2])
         return out
@@ -568,16 +581,20 @@ class Cluster:
         one for a partition; a broken one is replaced."""
         leader = self.leader(topic, partition)
         lane = partition % WRITER_LANES
-        return self._shared(("writer", leader, lane), leader,
-                            lambda c: SharedWriter(c, timeout_ms=timeout_ms))  # fmt: skip
+        return self._shared(
+            ("writer", leader, lane), leader, lambda c: SharedWriter(c, timeout_ms=timeout_ms)
+        )
 
     def txn_writer(
         self, topic: str, partition: int, transactional_id: str, *, timeout_ms: int = 30_000
     ) -> SharedWriter:
         """A writer of its own (a connection to the partition's leader) for the batches of one
         transaction: a Produce request names one transactional id. The caller closes it."""
-        return SharedWriter(self.connect_leader(topic, partition), timeout_ms=timeout_ms,
-                            transactional_id=transactional_id)  # fmt: skip
+        return SharedWriter(
+            self.connect_leader(topic, partition),
+            timeout_ms=timeout_ms,
+            transactional_id=transactional_id,
+        )
 
     def fetch_lane(
         self, topic: str, partition: int, lane: int = 0, *, in_flight: int = 4
@@ -643,8 +660,14 @@ class Cluster:
                 return
             self._read_replicas[(topic, partition)] = (node, now + _READ_REPLICA_S)
         if old != node:
-            log.debug("%s: fetching %s-%d from replica %d (client_rack %s)", self.name,
-                      topic, partition, node, self.ref.client_rack)  # fmt: skip
+            log.debug(
+                "%s: fetching %s-%d from replica %d (client_rack %s)",
+                self.name,
+                topic,
+                partition,
+                node,
+                self.ref.client_rack,
+            )
 
     def forget_read_replica(self, topic: str, partition: int, node: int) -> None:
         """Replica ``node`` could not serve the partition (an error, a broken connection, a
@@ -658,8 +681,13 @@ class Cluster:
                 -1,
                 time.monotonic() + _READ_REPLICA_FAILED_S,
             )
-        log.debug("%s: replica %d could not serve %s-%d: its leader serves it", self.name, node,
-                  topic, partition)  # fmt: skip
+        log.debug(
+            "%s: replica %d could not serve %s-%d: its leader serves it",
+            self.name,
+            node,
+            topic,
+            partition,
+        )
 
     def _shared(self, key: Hashable, leader: int, make: Callable[[Connection], _S]) -> _S:
         def usable(p: _Pipeline | None) -> bool:
@@ -811,17 +839,24 @@ class Cluster:
         if t is None or t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return None  # (a broker may leave an unknown topic out of its answer)
         if t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-            raise broker_error(t.error_code, "not authorized to describe the topic",
-                               cluster=self.name, topic=name)  # fmt: skip
+            raise broker_error(
+                t.error_code, "not authorized to describe the topic", cluster=self.name, topic=name
+            )
         if t.error_code:
-            raise broker_error(t.error_code, "metadata for the topic failed",
-                               cluster=self.name, topic=name)  # fmt: skip
+            raise broker_error(
+                t.error_code, "metadata for the topic failed", cluster=self.name, topic=name
+            )
         leaders = {}
         epochs = {p: pm.leader_epoch for p, pm in t.partitions.items()}
         for p, pm in sorted(t.partitions.items()):
             if pm.leader < 0:
-                raise broker_error(ErrorCode.LEADER_NOT_AVAILABLE, "partition has no leader",
-                                   cluster=self.name, topic=name, partition=p)  # fmt: skip
+                raise broker_error(
+                    ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition has no leader",
+                    cluster=self.name,
+                    topic=name,
+                    partition=p,
+                )
             leaders[p] = pm.leader
         return TopicInfo(name, len(t.partitions), leaders, epochs, t.topic_id)
 
@@ -865,8 +900,9 @@ class Cluster:
             if code in ELECTION_CODES and attempt == 0:
                 self.metadata(refresh=True)
                 continue
-            raise_for_code(code, f"the last stable offset of {topic}-{partition}",
-                           cluster=self.name)  # fmt: skip
+            raise_for_code(
+                code, f"the last stable offset of {topic}-{partition}", cluster=self.name
+            )
             return offset
         raise AssertionError("unreachable")
 
@@ -984,8 +1020,11 @@ class Cluster:
                     f"the leader's log but not on every in-sync replica after {wait:g}s (an "
                     "acks=all append that timed out, a killed run, or replicas out of sync); "
                     "not appending until it is",
-                    cluster=self.name, topic=topic, partition=partition, offset=b.end,
-                )  # fmt: skip
+                    cluster=self.name,
+                    topic=topic,
+                    partition=partition,
+                    offset=b.end,
+                )
             self.metadata(refresh=True)  # the leader may have moved meanwhile
 
     def check_delete_records(self, topic: str, partition: int, at: int, before: int) -> None:
@@ -996,8 +1035,11 @@ class Cluster:
         missing = UnsafeError(
             f"the broker does not support DeleteRecords, which starting a mirror at offset "
             f"{before} needs (moving the log start past the filler records); nothing written",
-            cluster=self.name, topic=topic, partition=partition, offset=before,
-        )  # fmt: skip
+            cluster=self.name,
+            topic=topic,
+            partition=partition,
+            offset=before,
+        )
         for attempt in (1, 2):
             conn = self.broker_conn(self.leader(topic, partition))
             if not conn.supports("DeleteRecords"):
@@ -1011,8 +1053,14 @@ class Cluster:
             if code in (ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST):
                 raise missing
             if code:
-                raise broker_error(code, f"DeleteRecords before offset {at}", cluster=self.name,
-                                   topic=topic, partition=partition, offset=at)  # fmt: skip
+                raise broker_error(
+                    code,
+                    f"DeleteRecords before offset {at}",
+                    cluster=self.name,
+                    topic=topic,
+                    partition=partition,
+                    offset=at,
+                )
             return
 
     def delete_records(self, topic: str, partition: int, before: int) -> None:
@@ -1020,12 +1068,22 @@ class Cluster:
         conn = self.broker_conn(self.leader(topic, partition))
         code, low = conn.delete_records(topic, partition, before)
         if code:
-            raise broker_error(code, f"DeleteRecords before offset {before}", cluster=self.name,
-                               topic=topic, partition=partition, offset=before)  # fmt: skip
+            raise broker_error(
+                code,
+                f"DeleteRecords before offset {before}",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+                offset=before,
+            )
         if low < before:
-            raise ClusterError(f"DeleteRecords left the log start at {low}, not {before}",
-                               cluster=self.name, topic=topic, partition=partition,
-                               offset=before)  # fmt: skip
+            raise ClusterError(
+                f"DeleteRecords left the log start at {low}, not {before}",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+                offset=before,
+            )
 
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
         """The identity-relevant topic configs and warnings (``io.topic_admin``)."""

@@ -79,8 +79,13 @@ class FetchLane(Pipeline[_Ask]):
         self.far = conn.setup_rtt >= FAR_RTT_S
         self.broker = -1  # set by the cluster that made it: the node this lane fetches from
         self.rack = rack
-        super().__init__(conn, max_in_flight=max_in_flight, max_request_bytes=max_request_bytes,
-                         pack_partitions=PACK_PARTITIONS, eager=self.far)  # fmt: skip
+        super().__init__(
+            conn,
+            max_in_flight=max_in_flight,
+            max_request_bytes=max_request_bytes,
+            pack_partitions=PACK_PARTITIONS,
+            eager=self.far,
+        )
         self._start()
 
     def submit(
@@ -101,9 +106,13 @@ class FetchLane(Pipeline[_Ask]):
         wanted: dict[str, list[tuple[int, int, int]]] = {}
         for a in batch:
             wanted.setdefault(a.topic, []).append((a.partition, a.offset, a.size))
-        self._conn.send_fetch_many(wanted, max_wait_ms=min(a.max_wait_ms for a in batch),
-                                   min_bytes=1, max_bytes=sum(a.size for a in batch),
-                                   rack=self.rack)  # fmt: skip
+        self._conn.send_fetch_many(
+            wanted,
+            max_wait_ms=min(a.max_wait_ms for a in batch),
+            min_bytes=1,
+            max_bytes=sum(a.size for a in batch),
+            rack=self.rack,
+        )
 
     def _receive(self) -> Mapping[tuple[str, int], Any]:
         return self._conn.receive_fetch_many()

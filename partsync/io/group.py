@@ -106,8 +106,13 @@ class GroupMember:
         self.rejoin = threading.Event()
         # The coordinator also gives a member's partitions away when it takes longer than the
         # rebalance timeout to release those it was asked to: the lease stays below both.
-        self.lease = Lease(group, listener, min(session_timeout_ms, rebalance_timeout_ms),
-                           self.stopping, on_lost=self.joined.clear)  # fmt: skip
+        self.lease = Lease(
+            group,
+            listener,
+            min(session_timeout_ms, rebalance_timeout_ms),
+            self.stopping,
+            on_lost=self.joined.clear,
+        )
         self.coordinator_node: int | None = None
         self._conn: Connection | None = None
         self._session: _Session | None = None
@@ -166,8 +171,9 @@ class GroupMember:
         self.coordinator_node = coord.node_id
         # A connection of its own: JoinGroup blocks until every member rejoined (up to the
         # rebalance timeout), which must not hold up other requests to that broker.
-        self._conn = self.local.connect_to(coord, timeout=self.rebalance_timeout_ms / 1000 + 10,
-                                           client_id=MEMBER_CLIENT_ID)  # fmt: skip
+        self._conn = self.local.connect_to(
+            coord, timeout=self.rebalance_timeout_ms / 1000 + 10, client_id=MEMBER_CLIENT_ID
+        )
         return self._conn
 
     def close_conn(self) -> None:
@@ -226,8 +232,9 @@ class GroupMember:
                     self._session.run()
                     backoff = Backoff(0.2, 5.0, cancel=self.stopping)
                 except FallBackToClassic as e:
-                    log.info("group %s: consumer protocol not served (%s); using classic",
-                             self.group, e)  # fmt: skip
+                    log.info(
+                        "group %s: consumer protocol not served (%s); using classic", self.group, e
+                    )
                     self._session = ClassicSession(self)
                 except GroupError:
                     raise

@@ -106,14 +106,19 @@ class ClassicSession:
             parts = decode_assignment(data)
             m.generation = res.generation
             if not m.lease.grant(parts, sent):
-                log.warning("group %s: the assignment came after the lease it gives ran out; "
-                            "rejoining", m.group)  # fmt: skip
+                log.warning(
+                    "group %s: the assignment came after the lease it gives ran out; rejoining",
+                    m.group,
+                )
                 continue
             m.rebalances += 1
             log.info(
-                "group %s generation %d: member %s owns %s", m.group, res.generation, m.member_id,
+                "group %s generation %d: member %s owns %s",
+                m.group,
+                res.generation,
+                m.member_id,
                 parts,
-            )  # fmt: skip
+            )
             m.listener.assigned(parts, res.generation)
             m.joined.set()
             return

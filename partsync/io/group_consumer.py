@@ -123,8 +123,9 @@ class ConsumerSession:
             if res.heartbeat_interval_ms > 0:
                 if self._lease_from_heartbeat:
                     m.lease.shorten(res.heartbeat_interval_ms)
-                self._interval = min(m.heartbeat_interval, m.lease.span / 4,
-                                     res.heartbeat_interval_ms / 1000)  # fmt: skip
+                self._interval = min(
+                    m.heartbeat_interval, m.lease.span / 4, res.heartbeat_interval_ms / 1000
+                )
             m.lease.renew(sent)
             if res.assignment is not None:
                 self._apply(res.assignment, sent)
@@ -175,8 +176,7 @@ class ConsumerSession:
 
     def _apply(self, assignment: dict[uuid.UUID, tuple[int, ...]], sent: float) -> None:
         m = self.m
-        new = sorted((self._topic_name(tid), p) for tid, ps in assignment.items()
-                     for p in ps)  # fmt: skip
+        new = sorted((self._topic_name(tid), p) for tid, ps in assignment.items() for p in ps)
         old = m.lease.owned
         gone = sorted(set(old) - set(new))
         if gone:
@@ -187,16 +187,16 @@ class ConsumerSession:
             self._converged = False  # report the release at once, then look again
         if not m.lease.grant(new, sent):
             # Answered after the lease it gives ran out: write nothing on it; ask again.
-            log.warning("group %s: the group answered too late to keep writing; asking again",
-                        m.group)  # fmt: skip
+            log.warning(
+                "group %s: the group answered too late to keep writing; asking again", m.group
+            )
             self._converged = False
             return
         if new != old:
             m.generation = self.epoch
             m.rebalances += 1
             self._converged = False
-            log.info("group %s epoch %d: member %s owns %s", m.group, self.epoch, m.member_id,
-                     new)  # fmt: skip
+            log.info("group %s epoch %d: member %s owns %s", m.group, self.epoch, m.member_id, new)
         if set(new) - set(old):
             m.listener.assigned(new, self.epoch)
 
@@ -264,8 +264,9 @@ class ConsumerSession:
         self._lease_sized = True
         limits: list[int] = []
         if m.coordinator_node is not None:
-            _code, values = conn.describe_configs(BROKER_RESOURCE, str(m.coordinator_node),
-                                                  _BROKER_KEYS)  # fmt: skip
+            _code, values = conn.describe_configs(
+                BROKER_RESOURCE, str(m.coordinator_node), _BROKER_KEYS
+            )
             limits += [int(v) for v in values.values() if v.isdigit()]
         _code, values = conn.describe_configs(GROUP_RESOURCE, m.group, _GROUP_KEYS)
         limits += [int(v) for v in values.values() if v.isdigit()]
@@ -273,8 +274,11 @@ class ConsumerSession:
             m.lease.shorten(min(limits))
             longest = max(limits)
         else:
-            log.debug("group %s: session timeouts unreadable; leasing for less than the "
-                      "heartbeat interval", m.group)  # fmt: skip
+            log.debug(
+                "group %s: session timeouts unreadable; leasing for less than the "
+                "heartbeat interval",
+                m.group,
+            )
             self._lease_from_heartbeat = True
             longest = _DEFAULT_SESSION_MS
         # A member that died keeps its partitions for the broker's session timeout.

@@ -91,8 +91,9 @@ class Pipeline(Generic[ItemT]):
         self.items = 0
         name = self.api.lower()
         self._sender = threading.Thread(target=self._send_loop, daemon=True, name=f"{name}-send")
-        self._receiver = threading.Thread(target=self._receive_loop, daemon=True,
-                                          name=f"{name}-recv")  # fmt: skip
+        self._receiver = threading.Thread(
+            target=self._receive_loop, daemon=True, name=f"{name}-recv"
+        )
 
     def _start(self) -> None:
         """Start the threads (the subclass's ``__init__`` calls this last)."""
@@ -153,8 +154,9 @@ class Pipeline(Generic[ItemT]):
     def _enqueue(self, item: ItemT) -> None:
         with self._cv:
             if self._broken is not None or self._closed:
-                item.future.set(error=self._broken or ClusterError(
-                    f"{self.label} closed", cluster=self.cluster))  # fmt: skip
+                item.future.set(
+                    error=self._broken or ClusterError(f"{self.label} closed", cluster=self.cluster)
+                )
                 return
             self._waiting.append(item)
             self._waiting_bytes += item.size

@@ -52,8 +52,11 @@ def checked(
     if f is None:
         raise ClusterError(
             "fetch returned no data for the partition",
-            cluster=cluster, topic=topic, partition=partition, offset=offset,
-        )  # fmt: skip
+            cluster=cluster,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
     if f.error_code:
         raise fetch_error(cluster, topic, partition, offset, f.error_code)
     return f
@@ -67,8 +70,11 @@ def _verified(
             raise CorruptBatchError(
                 f"stored batch {b.base_offset}..{b.last_offset} fails its CRC32C check "
                 f"(stored {b.crc:#010x})",
-                cluster=cluster, topic=topic, partition=partition, offset=b.base_offset,
-            )  # fmt: skip
+                cluster=cluster,
+                topic=topic,
+                partition=partition,
+                offset=b.base_offset,
+            )
         yield b
 
 
@@ -102,8 +108,9 @@ class RangeRead:
         fetch asked for, when the caller sized it itself)."""
         asked = self.size if size is None else size
         offset = self.offset
-        f = checked(answer, cluster=self.cluster, topic=self.topic, partition=self.partition,
-                    offset=offset)  # fmt: skip
+        f = checked(
+            answer, cluster=self.cluster, topic=self.topic, partition=self.partition, offset=offset
+        )
         got: list[Batch] = []
         beyond = None
         for b in _verified(f, offset, self.cluster, self.topic, self.partition):
@@ -121,15 +128,19 @@ class RangeRead:
                 raise ClusterError(
                     f"high watermark {f.high_watermark} fell below the range end {self.end} "
                     "(truncated, or the leader changed)",
-                    cluster=self.cluster, topic=self.topic, partition=self.partition,
+                    cluster=self.cluster,
+                    topic=self.topic,
+                    partition=self.partition,
                     offset=offset,
-                )  # fmt: skip
+                )
             if asked >= MAX_FETCH_BYTES:
                 raise ClusterError(
                     f"fetch returned no whole batch even with {asked} bytes",
-                    cluster=self.cluster, topic=self.topic, partition=self.partition,
+                    cluster=self.cluster,
+                    topic=self.topic,
+                    partition=self.partition,
                     offset=offset,
-                )  # fmt: skip
+                )
             # A batch bigger than the fetch: ask for more next time.
             self.least = min(MAX_FETCH_BYTES, asked * 4)
             self.size = max(self.size, self.least)
@@ -178,8 +189,9 @@ def read_batches(
     counter: list[int] | None = None,
 ) -> Iterator[Batch]:
     """``read_fetches`` one batch at a time; ``counter[0]`` adds up the batch bytes read."""
-    for fetched in read_fetches(conn, cluster, topic, partition, start, end,
-                                fetch_bytes=fetch_bytes, wait_ms=wait_ms):  # fmt: skip
+    for fetched in read_fetches(
+        conn, cluster, topic, partition, start, end, fetch_bytes=fetch_bytes, wait_ms=wait_ms
+    ):
         for b in fetched.batches:
             if counter is not None:
                 counter[0] += b.size
@@ -192,8 +204,9 @@ def batch_at(conn: Connection, cluster: str, topic: str, partition: int, offset:
     An offset inside the log that no batch holds was removed by compaction (the log cleaner
     drops batches whose records were all superseded): that is an ``UnsafeError``, since no
     retry brings it back and nothing can be compared there."""
-    for fetched in read_fetches(conn, cluster, topic, partition, offset, offset + 1,
-                                fetch_bytes=_PROBE_BYTES):  # fmt: skip
+    for fetched in read_fetches(
+        conn, cluster, topic, partition, offset, offset + 1, fetch_bytes=_PROBE_BYTES
+    ):
         for b in fetched.batches:
             if b.base_offset <= offset <= b.last_offset:
                 return b
@@ -201,10 +214,16 @@ def batch_at(conn: Connection, cluster: str, topic: str, partition: int, offset:
             raise UnsafeError(
                 f"no batch holds offset {offset}: the log goes on at offset {fetched.beyond} "
                 "(removed by compaction), so the histories cannot be compared there",
-                cluster=cluster, topic=topic, partition=partition, offset=offset,
-            )  # fmt: skip
+                cluster=cluster,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
         break
     raise ClusterError(
         f"no batch holding offset {offset} was returned",
-        cluster=cluster, topic=topic, partition=partition, offset=offset,
-    )  # fmt: skip
+        cluster=cluster,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )

@@ -82,23 +82,26 @@ def grow_topic(cluster: Cluster, topic: str, partitions: int) -> None:
         raise TopicError(
             f"the local cluster does not support CreatePartitions, needed to grow the topic to "
             f"its sources' {partitions} partitions",
-            cluster=cluster.name, topic=topic,
-        )  # fmt: skip
+            cluster=cluster.name,
+            topic=topic,
+        )
     code, message = conn.create_partitions(topic, partitions)
     if code and code != ErrorCode.INVALID_PARTITIONS:
         detail = f": {message}" if message else ""
         raise TopicError(
             f"growing the topic to {partitions} partitions failed: {error_name(code)}{detail}",
-            cluster=cluster.name, topic=topic,
-        )  # fmt: skip
+            cluster=cluster.name,
+            topic=topic,
+        )
     if code:  # INVALID_PARTITIONS: fine only if the topic already has that many
         info = cluster.topic(topic, refresh=True)
         if info is None or info.partitions < partitions:
             raise TopicError(
                 f"growing the topic to {partitions} partitions was refused: "
                 f"{message or 'INVALID_PARTITIONS'}",
-                cluster=cluster.name, topic=topic,
-            )  # fmt: skip
+                cluster=cluster.name,
+                topic=topic,
+            )
     _wait_ready(cluster, topic, partitions, "grown topic")
 
 
@@ -123,5 +126,8 @@ def _wait_ready(cluster: Cluster, topic: str, partitions: int, what: str) -> Non
         except ClusterError:
             pass
         if not backoff.wait():
-            raise ClusterError(f"{what} did not become ready (metadata and leaders)",
-                               cluster=cluster.name, topic=topic)  # fmt: skip
+            raise ClusterError(
+                f"{what} did not become ready (metadata and leaders)",
+                cluster=cluster.name,
+                topic=topic,
+            )

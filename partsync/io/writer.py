@@ -62,8 +62,13 @@ class SharedWriter(Pipeline[_Submission]):
         timeout_ms: int = 30_000,
         transactional_id: str | None = None,
     ) -> None:
-        super().__init__(conn, max_in_flight=max_in_flight, max_request_bytes=max_request_bytes,
-                         pack_partitions=PACK_PARTITIONS, pack_bytes=PACK_BYTES)  # fmt: skip
+        super().__init__(
+            conn,
+            max_in_flight=max_in_flight,
+            max_request_bytes=max_request_bytes,
+            pack_partitions=PACK_PARTITIONS,
+            pack_bytes=PACK_BYTES,
+        )
         self._timeout_ms = timeout_ms
         # A transaction's writer: every batch it sends belongs to this id's open transaction.
         self._transactional_id = transactional_id
@@ -83,8 +88,9 @@ class SharedWriter(Pipeline[_Submission]):
         by_topic: dict[str, dict[int, Buffer | Parts]] = {}
         for s in batch:
             by_topic.setdefault(s.topic, {})[s.partition] = s.data
-        self._conn.send_produce_many(by_topic, acks=-1, timeout_ms=self._timeout_ms,
-                                     transactional_id=self._transactional_id)  # fmt: skip
+        self._conn.send_produce_many(
+            by_topic, acks=-1, timeout_ms=self._timeout_ms, transactional_id=self._transactional_id
+        )
 
     def _after_send(self, batch: list[_Submission]) -> None:
         # Sent (never sent again): drop the batches, which are views that keep whole fetch
@@ -101,9 +107,14 @@ class SharedWriter(Pipeline[_Submission]):
         for s in batch:
             res = answers.get((s.topic, s.partition))
             if res is None:
-                s.future.set(error=ClusterError("Produce response lacks the partition",
-                                                cluster=self.cluster, topic=s.topic,
-                                                partition=s.partition))  # fmt: skip
+                s.future.set(
+                    error=ClusterError(
+                        "Produce response lacks the partition",
+                        cluster=self.cluster,
+                        topic=s.topic,
+                        partition=s.partition,
+                    )
+                )
             else:
                 s.future.set(res)
 

@@ -147,8 +147,9 @@ class Census:
         self._at = start  # the next offset a batch must start at
         self._copied: Counter[str] = Counter()  # appended: up to where a replay stops
         # What a replay holds back (the counts of each append) until its held ones end.
-        self._window: TxnWindow[dict[str, int]] = TxnWindow(opts.slots, opts.max_held_bytes,
-                                                            opts.hold)  # fmt: skip
+        self._window: TxnWindow[dict[str, int]] = TxnWindow(
+            opts.slots, opts.max_held_bytes, opts.hold
+        )
         self._held_back: HeldBack | None = None
         self._quiet = start
         self._first = True
@@ -176,8 +177,11 @@ class Census:
             return False
         except HeldBack as e:
             if self.opts.hold is None:  # everything held: no later run gets past it either
-                self.refusal = ScanStop(e.offset, f"{e.reason}; raise --max-in-flight-bytes "
-                                        "(and --memory-budget)", refused=True)  # fmt: skip
+                self.refusal = ScanStop(
+                    e.offset,
+                    f"{e.reason}; raise --max-in-flight-bytes (and --memory-budget)",
+                    refused=True,
+                )
             else:
                 self._held_back = e
             return False
@@ -234,10 +238,16 @@ class Census:
             self._quiet = next_offset
 
     def _holes_refused(self, offset: int, where: str) -> UnsafeError:
-        why = ("--compaction-holes fill copies them" if not self.opts.fill_holes
-               else "--compaction-holes fill needs a compacted local topic")  # fmt: skip
-        return UnsafeError(f"compaction holes at offset {offset} ({where}: offsets the log "
-                           f"cleaner emptied); {why}", offset=offset)  # fmt: skip
+        why = (
+            "--compaction-holes fill copies them"
+            if not self.opts.fill_holes
+            else "--compaction-holes fill needs a compacted local topic"
+        )
+        return UnsafeError(
+            f"compaction holes at offset {offset} ({where}: offsets the log "
+            f"cleaner emptied); {why}",
+            offset=offset,
+        )
 
     def result(self, end: int) -> tuple[RangeCensus, ScanStop | None]:
         """The census, and where a sync stops short of ``end`` (the range's end, every batch
@@ -245,14 +255,20 @@ class Census:
         c = self._copied.get
         stop = self.refusal
         if stop is None and self._held_back is not None:
-            stop = ScanStop(self._quiet, f"{self._held_back.reason}: a sync copies up to "
-                            f"offset {self._quiet} and is behind", refused=False)  # fmt: skip
+            stop = ScanStop(
+                self._quiet,
+                f"{self._held_back.reason}: a sync copies up to offset {self._quiet} and is behind",
+                refused=False,
+            )
         elif stop is None and self._window.held_open:
             held = open_txns_text(self._window.held_open)
-            stop = ScanStop(self._quiet, f"the source transactions of {held} have no marker "
-                            f"yet and cannot be left open locally: a sync copies up to offset "
-                            f"{self._quiet} and the rest once the source has ended them",
-                            refused=False)  # fmt: skip
+            stop = ScanStop(
+                self._quiet,
+                f"the source transactions of {held} have no marker "
+                f"yet and cannot be left open locally: a sync copies up to offset "
+                f"{self._quiet} and the rest once the source has ended them",
+                refused=False,
+            )
         census = RangeCensus(
             start=self.start,
             end=self._quiet if stop is not None else max(self._at, end),

@@ -224,14 +224,25 @@ def lag_reason(lag: Mapping[str, int]) -> str:
 
 
 def error_partition(
-    topic: str, p: int, names: Sequence[str], bounds: Mapping[str, Bounds | None], level: Level,
-    reason: str, unreachable: tuple[str, ...],
-) -> PartitionDiff:  # fmt: skip
+    topic: str,
+    p: int,
+    names: Sequence[str],
+    bounds: Mapping[str, Bounds | None],
+    level: Level,
+    reason: str,
+    unreachable: tuple[str, ...],
+) -> PartitionDiff:
     known = {n: b for n, b in bounds.items() if b is not None}
     return PartitionDiff(
-        topic, p, DiffStatus.ERROR, level, {n: bounds.get(n) for n in names},
-        lag=lags(known) if known else {}, reason=reason, unreachable=unreachable,
-    )  # fmt: skip
+        topic,
+        p,
+        DiffStatus.ERROR,
+        level,
+        {n: bounds.get(n) for n in names},
+        lag=lags(known) if known else {},
+        reason=reason,
+        unreachable=unreachable,
+    )
 
 
 def merge_slices(slices: Sequence[PartitionDiff]) -> PartitionDiff:
@@ -254,6 +265,12 @@ def merge_slices(slices: Sequence[PartitionDiff]) -> PartitionDiff:
             holes[n] = holes.get(n, 0) + k
         for n, k in d.marker_skew_ms.items():
             skew[n] = max(skew.get(n, 0), k)
-    return replace(chosen, common_range=first.common_range, chunks=sum(d.chunks for d in slices),
-                   bytes_read=read, seconds=sum(d.seconds for d in slices),
-                   holes=holes, marker_skew_ms=skew)  # fmt: skip
+    return replace(
+        chosen,
+        common_range=first.common_range,
+        chunks=sum(d.chunks for d in slices),
+        bytes_read=read,
+        seconds=sum(d.seconds for d in slices),
+        holes=holes,
+        marker_skew_ms=skew,
+    )

@@ -88,8 +88,12 @@ class Finding:
     detail: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"subject": self.subject, "need": self.need, "verdict": self.verdict.value,
-                "detail": self.detail}  # fmt: skip
+        return {
+            "subject": self.subject,
+            "need": self.need,
+            "verdict": self.verdict.value,
+            "detail": self.detail,
+        }
 
 
 def ops_verdict(ops: frozenset[int] | None, op: Op, subject: str, why: str) -> Finding:
@@ -97,8 +101,12 @@ def ops_verdict(ops: frozenset[int] | None, op: Op, subject: str, why: str) -> F
     reported them; ``None`` (the broker does not report them) is unknown."""
     name = op.name
     if ops is None:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; the broker does not report authorized operations")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; the broker does not report authorized operations",
+        )
     if op in ops or Op.ALL in ops:
         return Finding(subject, name, Verdict.OK, why)
     return Finding(subject, name, Verdict.MISSING, f"{why}: not authorized")
@@ -135,17 +143,30 @@ def acl_verdict(
     if code == SECURITY_DISABLED:
         return Finding(subject, name, Verdict.OK, f"{why}; the cluster has no authorizer")
     if code:
-        return Finding(subject, name, Verdict.UNKNOWN, f"{why}; ACLs not readable here "
-                       "(DescribeAcls needs DESCRIBE on the cluster), so not verified")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; ACLs not readable here "
+            "(DescribeAcls needs DESCRIBE on the cluster), so not verified",
+        )
     if principal is None:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; this client's principal is not known here (a TLS client "
-                       "certificate maps to one by the broker's rules), so not verified")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; this client's principal is not known here (a TLS client "
+            "certificate maps to one by the broker's rules), so not verified",
+        )
     rules = list(rules)
     if not rules:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; no ACL names this resource: allowed only where the brokers set "
-                       "allow.everyone.if.no.acl.found=true, or for a super user")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; no ACL names this resource: allowed only where the brokers set "
+            "allow.everyone.if.no.acl.found=true, or for a super user",
+        )
     ours = [r for r in rules if r.principal in (principal, "User:*")]
     denies = {Op.ALL, op}
     allows = {Op.ALL, op, *_IMPLIED_BY.get(op, ())}
@@ -153,22 +174,38 @@ def acl_verdict(
     allow = [r for r in ours if r.permission == _ALLOW and r.operation in allows]
     if any(r.host == "*" for r in deny):
         if maybe_super_user:
-            return Finding(subject, name, Verdict.UNKNOWN, f"{why}: denied by an ACL for "
-                           f"{principal}, unless it is a super user")  # fmt: skip
+            return Finding(
+                subject,
+                name,
+                Verdict.UNKNOWN,
+                f"{why}: denied by an ACL for {principal}, unless it is a super user",
+            )
         return Finding(subject, name, Verdict.MISSING, f"{why}: denied by an ACL for {principal}")
     if deny:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; an ACL denies it to {principal} from host(s) "
-                       f"{', '.join(sorted({r.host for r in deny}))}")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; an ACL denies it to {principal} from host(s) "
+            f"{', '.join(sorted({r.host for r in deny}))}",
+        )
     if any(r.host == "*" for r in allow):
         return Finding(subject, name, Verdict.OK, why)
     if allow:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}; allowed to {principal} only from host(s) "
-                       f"{', '.join(sorted({r.host for r in allow}))}")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}; allowed to {principal} only from host(s) "
+            f"{', '.join(sorted({r.host for r in allow}))}",
+        )
     if maybe_super_user:
-        return Finding(subject, name, Verdict.UNKNOWN,
-                       f"{why}: no ACL allows it for {principal}, unless it is a super user")  # fmt: skip
+        return Finding(
+            subject,
+            name,
+            Verdict.UNKNOWN,
+            f"{why}: no ACL allows it for {principal}, unless it is a super user",
+        )
     return Finding(subject, name, Verdict.MISSING, f"{why}: no ACL allows it for {principal}")
 
 

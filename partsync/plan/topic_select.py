@@ -38,9 +38,16 @@ def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[s
     source (sorted); internal topics (``__`` prefix) only when named. Raises ``TopicError`` when
     nothing is left."""
     named = list(dict.fromkeys(selection.named))
-    matched = sorted({t for topics in on_sources.values() for t in topics
-                      if not t.startswith("__") and t not in named
-                      and any(p.fullmatch(t) for p in selection.patterns)})  # fmt: skip
+    matched = sorted(
+        {
+            t
+            for topics in on_sources.values()
+            for t in topics
+            if not t.startswith("__")
+            and t not in named
+            and any(p.fullmatch(t) for p in selection.patterns)
+        }
+    )
     chosen = [t for t in (*named, *matched) if not any(x.fullmatch(t) for x in selection.excludes)]
     if not chosen:
         excludes = ", ".join(repr(p.pattern) for p in selection.excludes)
@@ -48,8 +55,10 @@ def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[s
         if not selection.by_pattern:
             raise TopicError(f"every --topic is excluded by --exclude {excludes}")
         patterns = ", ".join(repr(p.pattern) for p in selection.patterns)
-        raise TopicError(f"no topic on {', '.join(on_sources) or 'the sources'} matches "
-                         f"--topic-pattern {patterns}{after}")  # fmt: skip
+        raise TopicError(
+            f"no topic on {', '.join(on_sources) or 'the sources'} matches "
+            f"--topic-pattern {patterns}{after}"
+        )
     return chosen
 
 

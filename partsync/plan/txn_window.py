@@ -39,8 +39,10 @@ def too_many_open(offset: int, slots: int) -> UnsafeError:
 
 def open_txns_text(open_txns: dict[int, int]) -> str:
     """``producer P from offset F, ...`` for source producer id -> first offset, oldest first."""
-    return ", ".join(f"producer {pid} from offset {first}"
-                     for pid, first in sorted(open_txns.items(), key=lambda kv: kv[1]))  # fmt: skip
+    return ", ".join(
+        f"producer {pid} from offset {first}"
+        for pid, first in sorted(open_txns.items(), key=lambda kv: kv[1])
+    )
 
 
 class HeldBack(Exception):

@@ -119,16 +119,21 @@ def _tolerate_partial_sources(checks: list[ClusterCheck], topics: tuple[str, ...
     a warning there, not a problem."""
     for t in topics:
         subject = f"topic {t}"
-        if not any(f.subject == subject and f.need == "exists" and f.verdict is Verdict.OK
-                   for c in checks for f in c.findings):  # fmt: skip
+        if not any(
+            f.subject == subject and f.need == "exists" and f.verdict is Verdict.OK
+            for c in checks
+            for f in c.findings
+        ):
             continue
         for c in checks:
             c.findings[:] = [
-                Finding(subject, "exists", Verdict.WARNING, "not on this source; the others "
-                        "serve it") if f.subject == subject and f.need == "exists"
-                and f.verdict is Verdict.MISSING else f
+                Finding(
+                    subject, "exists", Verdict.WARNING, "not on this source; the others serve it"
+                )
+                if f.subject == subject and f.need == "exists" and f.verdict is Verdict.MISSING
+                else f
                 for f in c.findings
-            ]  # fmt: skip
+            ]
 
 
 def _topic_ops(
@@ -144,8 +149,14 @@ def _source_findings(cluster: Cluster, req: SyncRequest) -> list[Finding]:
         subject = f"topic {t}"
         code, allowed = ops.get(t, (0, None))
         if code == _TOPIC_AUTHORIZATION_FAILED:
-            out.append(Finding(subject, "DESCRIBE", Verdict.MISSING,
-                               "listing the topic's partitions and bounds: not authorized"))  # fmt: skip
+            out.append(
+                Finding(
+                    subject,
+                    "DESCRIBE",
+                    Verdict.MISSING,
+                    "listing the topic's partitions and bounds: not authorized",
+                )
+            )
             continue
         info = cluster.topic(t)
         if info is None:
@@ -155,8 +166,14 @@ def _source_findings(cluster: Cluster, req: SyncRequest) -> list[Finding]:
         out.append(ops_verdict(allowed, Op.DESCRIBE, subject, "bounds (ListOffsets)"))
         out.append(ops_verdict(allowed, Op.READ, subject, "copying (Fetch)"))
         if req.create_missing:
-            out.append(ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject,
-                                   "--create-missing copies its identity configs"))  # fmt: skip
+            out.append(
+                ops_verdict(
+                    allowed,
+                    Op.DESCRIBE_CONFIGS,
+                    subject,
+                    "--create-missing copies its identity configs",
+                )
+            )
     return out
 
 
@@ -185,13 +202,15 @@ def _local_findings(
 
     def rights() -> list[Finding]:
         ops.update(_topic_ops(cluster, req.topics))
-        return [f for tp in plans for f in
-                _local_topic_findings(tp, ops.get(tp.topic, (0, None)), cluster_ops, req)]  # fmt: skip
+        return [
+            f
+            for tp in plans
+            for f in _local_topic_findings(tp, ops.get(tp.topic, (0, None)), cluster_ops, req)
+        ]
 
     _step(check, "topics", rights)
     if opts.fencing:
-        _step(check, "fencing",
-              lambda: _fencing_findings(cluster, plans, maybe_super))  # fmt: skip
+        _step(check, "fencing", lambda: _fencing_findings(cluster, plans, maybe_super))
         _step(check, "transactions", lambda: [_replay_finding(cluster)])
     else:
         check.findings.append(_idempotent_finding(cluster_ops, check.findings))
@@ -207,15 +226,23 @@ def _replay_finding(cluster: Cluster) -> Finding:
     (Kafka 3.0+)."""
     need = "DescribeTransactions, DescribeProducers, ListTransactions"
     if cluster.can_resume_transactions():
-        return Finding("cluster", need, Verdict.OK,
-                       "a source transaction still open at the end of a run, or a run killed "
-                       "mid-transaction, is resumed by the next run (KIP-664)")  # fmt: skip
-    return Finding("cluster", need, Verdict.WARNING,
-                   "not all offered (Kafka < 3.0?): a replay holds each source transaction back "
-                   "until its marker, so a topic whose transactions overlap (exactly-once "
-                   "writers) stays behind, and a run killed while replaying a transaction leaves "
-                   "it to be aborted, where the partition then diverges; sync with "
-                   "--transactions refuse to copy no transactions")  # fmt: skip
+        return Finding(
+            "cluster",
+            need,
+            Verdict.OK,
+            "a source transaction still open at the end of a run, or a run killed "
+            "mid-transaction, is resumed by the next run (KIP-664)",
+        )
+    return Finding(
+        "cluster",
+        need,
+        Verdict.WARNING,
+        "not all offered (Kafka < 3.0?): a replay holds each source transaction back "
+        "until its marker, so a topic whose transactions overlap (exactly-once "
+        "writers) stays behind, and a run killed while replaying a transaction leaves "
+        "it to be aborted, where the partition then diverges; sync with "
+        "--transactions refuse to copy no transactions",
+    )
 
 
 def _idempotent_finding(cluster_ops: frozenset[int] | None, found: list[Finding]) -> Finding:
@@ -225,12 +252,22 @@ def _idempotent_finding(cluster_ops: frozenset[int] | None, found: list[Finding]
     why = "--no-fencing: producer ids (InitProducerId)"
     if cluster_ops is not None and Op.IDEMPOTENT_WRITE in cluster_ops:
         return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.OK, why)
-    if any(f.need == "WRITE" and f.subject.startswith("topic ") and f.verdict is Verdict.OK
-           for f in found):  # fmt: skip
-        return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.OK,
-                       f"{why}: WRITE on a topic suffices (Kafka 2.8+)")  # fmt: skip
-    return Finding("cluster", "IDEMPOTENT_WRITE", Verdict.UNKNOWN,
-                   f"{why} need IDEMPOTENT_WRITE on the cluster or WRITE on a topic")  # fmt: skip
+    if any(
+        f.need == "WRITE" and f.subject.startswith("topic ") and f.verdict is Verdict.OK
+        for f in found
+    ):
+        return Finding(
+            "cluster",
+            "IDEMPOTENT_WRITE",
+            Verdict.OK,
+            f"{why}: WRITE on a topic suffices (Kafka 2.8+)",
+        )
+    return Finding(
+        "cluster",
+        "IDEMPOTENT_WRITE",
+        Verdict.UNKNOWN,
+        f"{why} need IDEMPOTENT_WRITE on the cluster or WRITE on a topic",
+    )
 
 
 def _plan_findings(tp: TopicPlan) -> list[Finding]:
@@ -244,12 +281,21 @@ def _plan_findings(tp: TopicPlan) -> list[Finding]:
     if unsafe:
         first = unsafe[0]
         more = f" (and {len(unsafe) - 1} more partitions)" if len(unsafe) > 1 else ""
-        return [Finding(subject, "plan", Verdict.MISSING,
-                        f"sync would refuse partition {first.partition}{more}: {first.reason}")]  # fmt: skip
+        return [
+            Finding(
+                subject,
+                "plan",
+                Verdict.MISSING,
+                f"sync would refuse partition {first.partition}{more}: {first.reason}",
+            )
+        ]
     behind = sum(1 for p in tp.partitions if p.condition is Condition.BEHIND)
     missing = sum(p.missing for p in tp.partitions if p.condition is Condition.BEHIND)
-    what = (f"{behind} of {len(tp.partitions)} partitions behind, {missing} offsets to copy"
-            if behind else f"all {len(tp.partitions)} partitions in sync")  # fmt: skip
+    what = (
+        f"{behind} of {len(tp.partitions)} partitions behind, {missing} offsets to copy"
+        if behind
+        else f"all {len(tp.partitions)} partitions in sync"
+    )
     if tp.create is not None:
         what = f"to be created with {tp.create.partitions} partitions; {what}"
     return [Finding(subject, "plan", Verdict.OK, what)]
@@ -272,34 +318,66 @@ def _local_topic_findings(
         if cluster_ops is not None and Op.CREATE in cluster_ops:
             out.append(Finding(subject, "CREATE", Verdict.OK, "--create-missing (on the cluster)"))
         elif allowed is None and cluster_ops is None:
-            out.append(Finding(subject, "CREATE", Verdict.UNKNOWN, "--create-missing; the "
-                               "broker does not report authorized operations"))  # fmt: skip
+            out.append(
+                Finding(
+                    subject,
+                    "CREATE",
+                    Verdict.UNKNOWN,
+                    "--create-missing; the broker does not report authorized operations",
+                )
+            )
         else:
-            out.append(ops_verdict(allowed or frozenset(), Op.CREATE, subject,
-                                   "--create-missing (on the topic or the cluster)"))  # fmt: skip
+            out.append(
+                ops_verdict(
+                    allowed or frozenset(),
+                    Op.CREATE,
+                    subject,
+                    "--create-missing (on the topic or the cluster)",
+                )
+            )
     out += [
         ops_verdict(allowed, Op.DESCRIBE, subject, "bounds (ListOffsets)"),
         ops_verdict(allowed, Op.READ, subject, "reading the local log's last batch (Fetch)"),
         ops_verdict(allowed, Op.WRITE, subject, "appending (Produce)"),
-        ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject,
-                    "reading the configs that decide identity (without it sync assumes "
-                    "Kafka's defaults, unverified)"),
-    ]  # fmt: skip
+        ops_verdict(
+            allowed,
+            Op.DESCRIBE_CONFIGS,
+            subject,
+            "reading the configs that decide identity (without it sync assumes "
+            "Kafka's defaults, unverified)",
+        ),
+    ]
     if tp.grow is not None:
-        out.append(ops_verdict(allowed, Op.ALTER, subject,
-                               f"growing it to {tp.grow.partitions} partitions"))  # fmt: skip
+        out.append(
+            ops_verdict(
+                allowed, Op.ALTER, subject, f"growing it to {tp.grow.partitions} partitions"
+            )
+        )
     if req.options.fill_holes and tp.create is None:
         out.append(
-            Finding(subject, "cleanup.policy", Verdict.OK, "compacted: --compaction-holes fill "
-                    "can put hole records there") if tp.rules.compacted else
-            Finding(subject, "cleanup.policy", Verdict.MISSING, "--compaction-holes fill needs a "
-                    "compacted local topic (cleanup.policy with compact); sync refuses at the "
-                    "first compaction hole")
-        )  # fmt: skip
+            Finding(
+                subject,
+                "cleanup.policy",
+                Verdict.OK,
+                "compacted: --compaction-holes fill can put hole records there",
+            )
+            if tp.rules.compacted
+            else Finding(
+                subject,
+                "cleanup.policy",
+                Verdict.MISSING,
+                "--compaction-holes fill needs a "
+                "compacted local topic (cleanup.policy with compact); sync refuses at the "
+                "first compaction hole",
+            )
+        )
     starts = [p.partition for p in tp.partitions if p.bootstrap]
     if starts or req.policy.retention_gap == "skip":
-        why = (f"starting partition {starts[0]} at its sources' log start (DeleteRecords)"
-               if starts else "--on-retention-gap skip (DeleteRecords)")  # fmt: skip
+        why = (
+            f"starting partition {starts[0]} at its sources' log start (DeleteRecords)"
+            if starts
+            else "--on-retention-gap skip (DeleteRecords)"
+        )
         out.append(ops_verdict(allowed, Op.DELETE, subject, why))
     return out
 
@@ -314,36 +392,71 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
     must be there, and the ids' ACLs allow DESCRIBE (FindCoordinator answers) and WRITE (only
     DescribeAcls can tell, where this client may read ACLs). One id per topic: its first
     partition's."""
-    ids = [transactional_id(tp.topic, tp.partitions[0].partition if tp.partitions else 0)
-           for tp in plans if not tp.error and not tp.refused]  # fmt: skip
+    ids = [
+        transactional_id(tp.topic, tp.partitions[0].partition if tp.partitions else 0)
+        for tp in plans
+        if not tp.error and not tp.refused
+    ]
     if not ids:
         return []
     if not cluster.ask(lambda c: c.supports("InitProducerId")):
-        return [Finding("transactional ids", "InitProducerId", Verdict.MISSING,
-                        "fencing: the broker does not offer InitProducerId (--no-fencing "
-                        "appends without it)")]  # fmt: skip
+        return [
+            Finding(
+                "transactional ids",
+                "InitProducerId",
+                Verdict.MISSING,
+                "fencing: the broker does not offer InitProducerId (--no-fencing "
+                "appends without it)",
+            )
+        ]
     found = cluster.find_coordinators(ids, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
     out = []
     for tid in ids:
         subject = f"transactional id {tid}"
         code, coord = found[tid]
         if code == _TXN_ID_AUTHORIZATION_FAILED:
-            out.append(Finding(subject, "DESCRIBE", Verdict.MISSING, "fencing: not authorized "
-                               "(ACLs on TransactionalId, prefix 'partsync:')"))  # fmt: skip
+            out.append(
+                Finding(
+                    subject,
+                    "DESCRIBE",
+                    Verdict.MISSING,
+                    "fencing: not authorized (ACLs on TransactionalId, prefix 'partsync:')",
+                )
+            )
             continue
         if code in COORDINATOR_RETRY_CODES:  # a new cluster's coordinator still starting
-            out.append(Finding(subject, "coordinator", Verdict.UNKNOWN, "fencing: the "
-                               f"coordinator is not ready yet ({error_name(code)})"))  # fmt: skip
+            out.append(
+                Finding(
+                    subject,
+                    "coordinator",
+                    Verdict.UNKNOWN,
+                    f"fencing: the coordinator is not ready yet ({error_name(code)})",
+                )
+            )
             continue
         if code or coord is None:
-            out.append(Finding(subject, "coordinator", Verdict.MISSING,
-                               f"fencing: no transaction coordinator ({error_name(code)})"))  # fmt: skip
+            out.append(
+                Finding(
+                    subject,
+                    "coordinator",
+                    Verdict.MISSING,
+                    f"fencing: no transaction coordinator ({error_name(code)})",
+                )
+            )
             continue
         out.append(Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}"))
         acl_code, rules = _acls(cluster, _TRANSACTIONAL_ID, tid)
-        out.append(acl_verdict(acl_code, rules, principal_of(cluster.ref), Op.WRITE,
-                               subject, "fencing (InitProducerId)",
-                               maybe_super_user=maybe_super))  # fmt: skip
+        out.append(
+            acl_verdict(
+                acl_code,
+                rules,
+                principal_of(cluster.ref),
+                Op.WRITE,
+                subject,
+                "fencing (InitProducerId)",
+                maybe_super_user=maybe_super,
+            )
+        )
     return out
 
 
@@ -351,22 +464,46 @@ def _group_findings(cluster: Cluster, group: str) -> list[Finding]:
     subject = f"group {group}"
     code, coord = cluster.find_coordinator(group, GROUP_KEY, timeout=_COORDINATOR_WAIT_S)
     if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-        return [Finding(subject, "DESCRIBE", Verdict.MISSING,
-                        "sharing partitions between processes: not authorized (--no-group "
-                        "runs without the group)")]  # fmt: skip
+        return [
+            Finding(
+                subject,
+                "DESCRIBE",
+                Verdict.MISSING,
+                "sharing partitions between processes: not authorized (--no-group "
+                "runs without the group)",
+            )
+        ]
     if code in COORDINATOR_RETRY_CODES:
-        return [Finding(subject, "coordinator", Verdict.UNKNOWN,
-                        f"the coordinator is not ready yet ({error_name(code)})")]  # fmt: skip
+        return [
+            Finding(
+                subject,
+                "coordinator",
+                Verdict.UNKNOWN,
+                f"the coordinator is not ready yet ({error_name(code)})",
+            )
+        ]
     if code or coord is None:
-        return [Finding(subject, "coordinator", Verdict.MISSING,
-                        f"no group coordinator ({error_name(code)})")]  # fmt: skip
+        return [
+            Finding(
+                subject,
+                "coordinator",
+                Verdict.MISSING,
+                f"no group coordinator ({error_name(code)})",
+            )
+        ]
     out = [Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}")]
     gcode, ops = cluster.broker_conn(coord.node_id).group_operations(group)
     if gcode == ErrorCode.GROUP_AUTHORIZATION_FAILED:
         out.append(Finding(subject, "READ", Verdict.MISSING, "joining the group: not authorized"))
     elif gcode:
-        out.append(Finding(subject, "READ", Verdict.UNKNOWN,
-                           f"joining the group: DescribeGroups answered {error_name(gcode)}"))  # fmt: skip
+        out.append(
+            Finding(
+                subject,
+                "READ",
+                Verdict.UNKNOWN,
+                f"joining the group: DescribeGroups answered {error_name(gcode)}",
+            )
+        )
     else:
         out.append(ops_verdict(ops, Op.READ, subject, "joining the group"))
     return out

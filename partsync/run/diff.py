@@ -132,9 +132,17 @@ def _chunk_stream(
     """One cluster's range as chunk digests, over a dedicated connection to the leader."""
     conn = cluster.connect_leader(topic, partition)
     try:
-        batches = read_batches(conn, cluster.name, topic, partition, start, end,
-                               fetch_bytes=opts.fetch_bytes, wait_ms=opts.fetch_wait_ms,
-                               counter=counter)  # fmt: skip
+        batches = read_batches(
+            conn,
+            cluster.name,
+            topic,
+            partition,
+            start,
+            end,
+            fetch_bytes=opts.fetch_bytes,
+            wait_ms=opts.fetch_wait_ms,
+            counter=counter,
+        )
         batches = markers.passed(cluster.name, batches)
         if opts.level is Level.BATCH:
             if opts.compaction_holes:
@@ -145,8 +153,9 @@ def _chunk_stream(
         try:
             yield from iter_chunks(units, opts.chunk_offsets, start=start)
         except CorruptBatchError as e:
-            raise CorruptBatchError(e.reason, cluster=cluster.name, topic=topic,
-                                    partition=partition, offset=e.offset) from None  # fmt: skip
+            raise CorruptBatchError(
+                e.reason, cluster=cluster.name, topic=topic, partition=partition, offset=e.offset
+            ) from None
     finally:
         conn.close()
 
@@ -213,8 +222,16 @@ def _batch_at(
     cluster: Cluster, topic: str, partition: int, offset: int, opts: DiffOptions
 ) -> Batch | None:
     with cluster.connect_leader(topic, partition) as conn:
-        for b in read_batches(conn, cluster.name, topic, partition, offset, offset + 1,
-                              fetch_bytes=opts.fetch_bytes, wait_ms=opts.fetch_wait_ms):  # fmt: skip
+        for b in read_batches(
+            conn,
+            cluster.name,
+            topic,
+            partition,
+            offset,
+            offset + 1,
+            fetch_bytes=opts.fetch_bytes,
+            wait_ms=opts.fetch_wait_ms,
+        ):
             return b if b.base_offset <= offset <= b.last_offset else None
     return None
 
@@ -280,8 +297,10 @@ def _narrow(
         return div.offset, div.disagreeing, f"records differ at offset {div.offset}: {detail}"
     if div.boundaries_differ:
         held = {n: _batch_at(clusters[n], topic, partition, div.offset, opts) for n in div.units}
-        detail = (f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records "
-                  "may still be equal: compare them with --level record")  # fmt: skip
+        detail = (
+            f"batch boundaries differ at offset {div.offset} ({_spans(div)}); the records "
+            "may still be equal: compare them with --level record"
+        )
         return div.offset, div.disagreeing, _with_transactions(detail, held, div.offset)
     # Same offsets, different digests: open the batch on every cluster and compare its records.
     span = next(u for u in div.units.values() if u is not None).span
@@ -315,8 +334,9 @@ def _narrow(
                 f"({headers}); --level record would report these records as identical"
             ),
         )
-    detail = _with_transactions(describe_record_difference(got, inner.agreeing[0]), batches,
-                                inner.offset)  # fmt: skip
+    detail = _with_transactions(
+        describe_record_difference(got, inner.agreeing[0]), batches, inner.offset
+    )
     return (
         inner.offset,
         inner.disagreeing,
@@ -389,11 +409,24 @@ def _diff_once(
         comparison = None
         if end > start:
             readers = [
-                _Reader(n, functools.partial(_chunk_stream, c, topic, partition, start, end,
-                                             options, counters[n], holes[n], markers),
-                        options.prefetch_chunks)
+                _Reader(
+                    n,
+                    functools.partial(
+                        _chunk_stream,
+                        c,
+                        topic,
+                        partition,
+                        start,
+                        end,
+                        options,
+                        counters[n],
+                        holes[n],
+                        markers,
+                    ),
+                    options.prefetch_chunks,
+                )
                 for n, c in conns.items()
-            ]  # fmt: skip
+            ]
             try:
                 comparison = _compare_chunks({r.name: r for r in readers}, start=start)
             finally:
@@ -412,21 +445,37 @@ def _diff_once(
             offset, disagreeing = None, ()
             status = DiffStatus.LAGGING if any(result.lag.values()) else DiffStatus.IDENTICAL
             reason = None if status is DiffStatus.IDENTICAL else lag_reason(result.lag)
-        return replace(result, status=status, first_divergent_offset=offset,
-                       disagreeing=disagreeing, reason=reason, chunks=chunks, bytes_read=read,
-                       seconds=time.monotonic() - started,
-                       holes={n: k[0] for n, k in holes.items() if k[0]},
-                       marker_skew_ms=dict(markers.skew))  # fmt: skip
+        return replace(
+            result,
+            status=status,
+            first_divergent_offset=offset,
+            disagreeing=disagreeing,
+            reason=reason,
+            chunks=chunks,
+            bytes_read=read,
+            seconds=time.monotonic() - started,
+            holes={n: k[0] for n, k in holes.items() if k[0]},
+            marker_skew_ms=dict(markers.skew),
+        )
     except PartsyncError as e:
         # A broker's error code is an answer, not an unreachable cluster.
         unreachable = (e.cluster,) if type(e) is ClusterError and e.cluster else ()
-        return replace(result, status=DiffStatus.ERROR, reason=str(e), unreachable=unreachable,
-                       bytes_read={n: k[0] for n, k in counters.items()},
-                       seconds=time.monotonic() - started)  # fmt: skip
+        return replace(
+            result,
+            status=DiffStatus.ERROR,
+            reason=str(e),
+            unreachable=unreachable,
+            bytes_read={n: k[0] for n, k in counters.items()},
+            seconds=time.monotonic() - started,
+        )
     except Exception as e:  # a bug or an unexpected library error: report it, do not hang
         log.exception("diff of %s[%d] failed", topic, partition)
-        return replace(result, status=DiffStatus.ERROR, reason=f"internal error: {e!r}",
-                       seconds=time.monotonic() - started)  # fmt: skip
+        return replace(
+            result,
+            status=DiffStatus.ERROR,
+            reason=f"internal error: {e!r}",
+            seconds=time.monotonic() - started,
+        )
     finally:
         if own:
             pool.close()
@@ -447,14 +496,16 @@ class DiffJob:
     bounds: Mapping[str, Bounds]
 
     def run(self, pool: ClusterPool | None = None) -> PartitionDiff:
-        return diff_partition(self.clusters, self.topic, self.partition, self.options,
-                              bounds=self.bounds, pool=pool)  # fmt: skip
+        return diff_partition(
+            self.clusters, self.topic, self.partition, self.options, bounds=self.bounds, pool=pool
+        )
 
     def run_failed(self, reason: str) -> PartitionDiff:
         """The result of a job that could not run at all (e.g. its engine failed)."""
         names = [c.name for c in self.clusters]
-        return error_partition(self.topic, self.partition, names, dict(self.bounds),
-                                self.options.level, reason, ())  # fmt: skip
+        return error_partition(
+            self.topic, self.partition, names, dict(self.bounds), self.options.level, reason, ()
+        )
 
 
 DiffRunner = Callable[[Sequence[DiffJob]], list[PartitionDiff]]
@@ -521,11 +572,18 @@ def _diff_topic(topic: str, req: DiffRequest, pool: ClusterPool, run_jobs: DiffR
         lacking = [n for n, b in per.items() if b is None]
         if lacking:
             known = {n: b for n, b in per.items() if b is not None}
-            results.append(PartitionDiff(
-                topic, p, DiffStatus.DIVERGENT, level, per, lag=lags(known),
-                disagreeing=tuple(lacking),
-                reason=f"partition {p} does not exist on {', '.join(lacking)}",
-            ))  # fmt: skip
+            results.append(
+                PartitionDiff(
+                    topic,
+                    p,
+                    DiffStatus.DIVERGENT,
+                    level,
+                    per,
+                    lag=lags(known),
+                    disagreeing=tuple(lacking),
+                    reason=f"partition {p} does not exist on {', '.join(lacking)}",
+                )
+            )
             continue
         full = {n: b for n, b in per.items() if b is not None}
         jobs.append(DiffJob(tuple(req.clusters), topic, p, req.options, full))
@@ -552,6 +610,9 @@ def diff_topics(
         for topic in req.topics:
             out.append(_diff_topic(topic, req, pool, runner or run_local))
     return DiffReport(
-        tuple(out), tuple(c.name for c in req.clusters), req.options.level,
-        req.options.chunk_offsets, time.monotonic() - started,
-    )  # fmt: skip
+        tuple(out),
+        tuple(c.name for c in req.clusters),
+        req.options.level,
+        req.options.chunk_offsets,
+        time.monotonic() - started,
+    )

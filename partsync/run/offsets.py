@@ -105,8 +105,9 @@ class OffsetsReport:
 def _coordinator(cluster: Cluster, group: str) -> Connection:
     code, coord = cluster.find_coordinator(group, GROUP_KEY)
     if code or coord is None:
-        raise broker_error(code, f"finding the coordinator of group {group!r}",
-                           cluster=cluster.name)  # fmt: skip
+        raise broker_error(
+            code, f"finding the coordinator of group {group!r}", cluster=cluster.name
+        )
     return cluster.connect_to(coord)
 
 
@@ -127,28 +128,42 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
             parts = _partitions(source, topic)
             code, committed = source_coord.offset_fetch(group, topic, parts)
             if code:
-                raise broker_error(code, f"reading group {group!r}'s offsets",
-                                   cluster=source.name, topic=topic)  # fmt: skip
+                raise broker_error(
+                    code, f"reading group {group!r}'s offsets", cluster=source.name, topic=topic
+                )
             ends = local.bounds(topic, parts)
             todo: dict[int, tuple[int, str | None]] = {}
             for p in parts:
                 c = committed.get(p)
                 if c is not None and c.error_code:
-                    raise broker_error(c.error_code, f"reading group {group!r}'s offset",
-                                       cluster=source.name, topic=topic, partition=p)  # fmt: skip
+                    raise broker_error(
+                        c.error_code,
+                        f"reading group {group!r}'s offset",
+                        cluster=source.name,
+                        topic=topic,
+                        partition=p,
+                    )
                 if c is None or c.offset < 0:
                     copies.append(OffsetCopy(topic, p, None, None, "no-commit"))
                     continue
                 end = ends[p].end
                 offset = min(c.offset, end)
                 todo[p] = (offset, c.metadata)
-                copies.append(OffsetCopy(topic, p, c.offset, offset,
-                                         "clamped" if offset < c.offset else "copied"))  # fmt: skip
+                copies.append(
+                    OffsetCopy(
+                        topic, p, c.offset, offset, "clamped" if offset < c.offset else "copied"
+                    )
+                )
             if todo:
                 for p, err in local_coord.offset_commit(group, topic, todo).items():
                     if err:
-                        raise broker_error(err, f"committing group {group!r}'s offset",
-                                           cluster=local.name, topic=topic, partition=p)  # fmt: skip
+                        raise broker_error(
+                            err,
+                            f"committing group {group!r}'s offset",
+                            cluster=local.name,
+                            topic=topic,
+                            partition=p,
+                        )
         if any(c.source_offset is not None for c in copies):
             return GroupOffsets(group, tuple(copies))
         return _nothing_committed(source_coord, source, group, topics, tuple(copies))
@@ -172,15 +187,23 @@ def _nothing_committed(
     # Kafka describes an unknown group as Dead (or GROUP_ID_NOT_FOUND); others say Empty.
     unknown = code == ErrorCode.GROUP_ID_NOT_FOUND or (not code and state.lower() == "dead")
     if listed is False or (listed is None and unknown):
-        return GroupOffsets(group, copies, status="not-found",
-                            reason=f"cluster {source.name} has no group {group!r} (no members, "
-                                   "no committed offsets): check the group's name")  # fmt: skip
+        return GroupOffsets(
+            group,
+            copies,
+            status="not-found",
+            reason=f"cluster {source.name} has no group {group!r} (no members, "
+            "no committed offsets): check the group's name",
+        )
     if code:
         raise broker_error(code, f"describing group {group!r}", cluster=source.name)
-    return GroupOffsets(group, copies, status="no-commits",
-                        reason=f"group {group!r} has no committed offset for "
-                               f"{', '.join(topics)} on cluster {source.name} (state {state}): "
-                               "nothing copied")  # fmt: skip
+    return GroupOffsets(
+        group,
+        copies,
+        status="no-commits",
+        reason=f"group {group!r} has no committed offset for "
+        f"{', '.join(topics)} on cluster {source.name} (state {state}): "
+        "nothing copied",
+    )
 
 
 def copy_group_offsets(
@@ -244,8 +267,13 @@ def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> Gr
                 copies.append(OffsetCopy(topic, p, None, todo[p][0], "reset"))
             for p, err in coord.offset_commit(group, topic, todo).items():
                 if err:
-                    raise broker_error(err, f"committing group {group!r}'s offset",
-                                       cluster=local.name, topic=topic, partition=p)  # fmt: skip
+                    raise broker_error(
+                        err,
+                        f"committing group {group!r}'s offset",
+                        cluster=local.name,
+                        topic=topic,
+                        partition=p,
+                    )
         return GroupOffsets(group, tuple(copies))
     finally:
         coord.close()
@@ -257,13 +285,19 @@ def _offset_at(local: Cluster, topic: str, partition: int, ts: int, bounds: Boun
     try:
         code, hint = conn.list_offsets(topic, [partition], ts)[partition]
         if code:
-            raise broker_error(code, f"looking up offsets by time {ts}", cluster=local.name,
-                               topic=topic, partition=partition)  # fmt: skip
+            raise broker_error(
+                code,
+                f"looking up offsets by time {ts}",
+                cluster=local.name,
+                topic=topic,
+                partition=partition,
+            )
         if hint < 0:  # no batch at all stamped at or after the time
             return bounds.end
         start = max(hint, bounds.log_start)
-        read = read_batches(conn, local.name, topic, partition, start, bounds.end,
-                            fetch_bytes=4 << 20)  # fmt: skip
+        read = read_batches(
+            conn, local.name, topic, partition, start, bounds.end, fetch_bytes=4 << 20
+        )
         found = first_data_at_or_after(read, ts, start)
     finally:
         local.release(conn)
@@ -335,8 +369,9 @@ class OffsetsFollower:
                 self.copied_at[g.group] = time.time()
             if problem != self._reported.get(g.group):  # log changes, not every interval
                 if problem is None:
-                    log.info("group %s: committed offsets copied from %s", g.group,
-                             self.source.name)  # fmt: skip
+                    log.info(
+                        "group %s: committed offsets copied from %s", g.group, self.source.name
+                    )
                 else:
                     log.warning("group %s: committed offsets not copied: %s", g.group, problem)
             self._reported[g.group] = problem
@@ -347,8 +382,11 @@ class OffsetsFollower:
         out = []
         for group in self.groups:
             g = self.last.get(group)
-            d = {"group": group, "status": g.status if g else "not-run",
-                 "reason": g.reason if g else None,
-                 "copied_at": round(self.copied_at[group], 3) if group in self.copied_at else None}  # fmt: skip
+            d = {
+                "group": group,
+                "status": g.status if g else "not-run",
+                "reason": g.reason if g else None,
+                "copied_at": round(self.copied_at[group], 3) if group in self.copied_at else None,
+            }
             out.append(d)
         return out

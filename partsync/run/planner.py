@@ -193,8 +193,9 @@ def _plan_topic(
     wanted = req.partitions
     with ThreadPoolExecutor(1 + len(req.sources), thread_name_prefix="plan") as ex:
         local_read = ex.submit(_read_local, local, topic, wanted)
-        src_reads = {ref.name: ex.submit(_read_source, pool.get(ref), topic, wanted)
-                     for ref in req.sources}  # fmt: skip
+        src_reads = {
+            ref.name: ex.submit(_read_source, pool.get(ref), topic, wanted) for ref in req.sources
+        }
         reads = {name: f.result() for name, f in src_reads.items()}
         local_failed = local_read.exception()  # raised below, where it was before reads overlapped
     for name, r in reads.items():
@@ -213,12 +214,21 @@ def _plan_topic(
             src_bounds[name] = r.bounds
     if not counts:
         names = ", ".join(r.name for r in req.sources)
-        return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
-                         error=f"topic {topic} is not readable on any source ({names})")  # fmt: skip
+        return TopicPlan(
+            topic,
+            (),
+            warnings=tuple(warnings),
+            unreachable=tuple(unreachable),
+            error=f"topic {topic} is not readable on any source ({names})",
+        )
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{n}: {k}" for n, k in counts.items())
-        return TopicPlan(topic, (), warnings=tuple(warnings),
-                         refused=f"partition counts differ between sources ({detail})")  # fmt: skip
+        return TopicPlan(
+            topic,
+            (),
+            warnings=tuple(warnings),
+            refused=f"partition counts differ between sources ({detail})",
+        )
     count = next(iter(counts.values()))
 
     if local_failed is not None:
@@ -228,10 +238,15 @@ def _plan_topic(
     create = grow = None
     if local_info is None:
         if not req.create_missing:
-            return TopicPlan(topic, (), warnings=tuple(warnings), error=(
-                f"topic {topic} does not exist on the local cluster {local.name} "
-                "(use --create-missing to create it with the sources' partition count)"
-            ))  # fmt: skip
+            return TopicPlan(
+                topic,
+                (),
+                warnings=tuple(warnings),
+                error=(
+                    f"topic {topic} does not exist on the local cluster {local.name} "
+                    "(use --create-missing to create it with the sources' partition count)"
+                ),
+            )
         warnings.append(f"topic {topic} would be created on {local.name} with {count} partitions")
         create = TopicCreation(count, next(iter(counts)))
     elif local_info.partitions < count and req.add_partitions:
@@ -247,10 +262,15 @@ def _plan_topic(
             if local_info.partitions < count
             else ("; a local topic cannot shrink")
         )
-        return TopicPlan(topic, (), warnings=tuple(warnings), refused=(
-            f"partition counts differ: local {local.name} has {local_info.partitions}, "
-            f"sources have {count}{hint}"
-        ))  # fmt: skip
+        return TopicPlan(
+            topic,
+            (),
+            warnings=tuple(warnings),
+            refused=(
+                f"partition counts differ: local {local.name} has {local_info.partitions}, "
+                f"sources have {count}{hint}"
+            ),
+        )
 
     parts = select(count, req.partitions, topic=topic)
     if create is not None:
@@ -266,8 +286,13 @@ def _plan_topic(
         local_bounds = {p: lr.bounds[p] for p in have}
         local_bounds.update({p: Bounds(0, 0) for p in parts if p not in local_bounds})
     if not src_bounds:
-        return TopicPlan(topic, (), warnings=tuple(warnings), unreachable=tuple(unreachable),
-                         error=f"no source of topic {topic} answered")  # fmt: skip
+        return TopicPlan(
+            topic,
+            (),
+            warnings=tuple(warnings),
+            unreachable=tuple(unreachable),
+            error=f"no source of topic {topic} answered",
+        )
 
     plans = []
     for p in parts:
@@ -277,8 +302,9 @@ def _plan_topic(
             local_b = local_for_plan(local, topic, p, local_b, sources)
         plan = plan_partition(topic, p, local_b, sources, req.policy)
         if refusal is not None and plan.condition is Condition.BEHIND:
-            plan = dataclasses.replace(plan, condition=Condition.UNSAFE, chunks=(), reason=refusal,
-                                       serving=())  # fmt: skip
+            plan = dataclasses.replace(
+                plan, condition=Condition.UNSAFE, chunks=(), reason=refusal, serving=()
+            )
         else:
             plan = unknown_without(plan, unreachable)
         if plan.condition is Condition.IN_SYNC and (topic, p) in aborted:
@@ -287,9 +313,17 @@ def _plan_topic(
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = _located(plan, local.name)
         plans.append(plan)
-    return TopicPlan(topic, tuple(plans), rules, tuple(warnings), create=create, grow=grow,
-                     unreachable=tuple(unreachable), topic_ids=tuple(ids),
-                     planned_at=started)  # fmt: skip
+    return TopicPlan(
+        topic,
+        tuple(plans),
+        rules,
+        tuple(warnings),
+        create=create,
+        grow=grow,
+        unreachable=tuple(unreachable),
+        topic_ids=tuple(ids),
+        planned_at=started,
+    )
 
 
 def _local_bounds(
@@ -359,8 +393,9 @@ def _aborted_replays(req: SyncRequest, pool: ClusterPool) -> frozenset[tuple[str
     try:
         tids = pool.get(req.local).transactional_ids_in(_ABORTED_STATES)
     except PartsyncError as e:
-        log.warning("cluster %s: aborted replays not listed, in-sync ends unchecked: %s",
-                    req.local.name, e)  # fmt: skip
+        log.warning(
+            "cluster %s: aborted replays not listed, in-sync ends unchecked: %s", req.local.name, e
+        )
         return frozenset()
     wanted = set(req.topics)
     return frozenset(tp for t in tids if (tp := slot_partition(t)) and tp[0] in wanted)
@@ -399,8 +434,10 @@ def apply_topic_changes(
             tp = _agreed(tp, req, pool)
             if not any(p.condition is Condition.BEHIND for p in tp.partitions):
                 # Nothing would be copied into it: creating it would only leave a topic behind.
-                kept = (f"topic {tp.topic} was not created on {local.name}: no partition "
-                        "can be copied into it")  # fmt: skip
+                kept = (
+                    f"topic {tp.topic} was not created on {local.name}: no partition "
+                    "can be copied into it"
+                )
                 out.append(dataclasses.replace(tp, warnings=(*tp.warnings, kept)))
                 continue
             src_cfg, w = pool.get(_ref(req, create.source)).topic_configs(tp.topic)
@@ -408,8 +445,10 @@ def apply_topic_changes(
             warnings = tuple(w)
         elif tp.grow is not None:
             local.grow_topic(tp.topic, tp.grow.partitions)
-            grew = (f"topic {tp.topic} on {local.name} grew from {tp.grow.current} to "
-                    f"{tp.grow.partitions} partitions")  # fmt: skip
+            grew = (
+                f"topic {tp.topic} on {local.name} grew from {tp.grow.current} to "
+                f"{tp.grow.partitions} partitions"
+            )
             warnings = (grew,)
         again = plan_topics(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
         out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
@@ -439,9 +478,18 @@ def whole_topic_results(tp: TopicPlan) -> TopicResult:
     """Results for a topic refused or failed as a whole (every planned partition, or one row)."""
     status = Status.UNSAFE if tp.refused else Status.ERROR
     reason = tp.refused or tp.error
-    parts = [PartitionResult(tp.topic, plan.partition, status, plan.local.end, plan.local.end,
-                             plan.target_end, reason=reason)
-             for plan in tp.partitions]  # fmt: skip
+    parts = [
+        PartitionResult(
+            tp.topic,
+            plan.partition,
+            status,
+            plan.local.end,
+            plan.local.end,
+            plan.target_end,
+            reason=reason,
+        )
+        for plan in tp.partitions
+    ]
     if not parts:
         parts.append(PartitionResult(tp.topic, -1, status, 0, 0, 0, reason=reason))
     return TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable)
@@ -451,12 +499,23 @@ def uncopied_result(plan: PartitionPlan) -> PartitionResult:
     """A partition nothing was copied for, at its planned bounds: in-sync, unsafe with the
     plan's reason, or a (retriable) error when a source that did not answer could overturn a
     refusal. A behind partition gets its status from the caller (``with_status``)."""
-    r = PartitionResult(plan.topic, plan.partition, Status.IN_SYNC, plan.local.end,
-                        plan.local.end, plan.target_end, reason=plan.reason)  # fmt: skip
+    r = PartitionResult(
+        plan.topic,
+        plan.partition,
+        Status.IN_SYNC,
+        plan.local.end,
+        plan.local.end,
+        plan.target_end,
+        reason=plan.reason,
+    )
     if plan.condition is Condition.UNSAFE:
         return r.with_status(Status.UNSAFE, plan.reason)
     if plan.condition is Condition.UNKNOWN:
-        err = ClusterError(plan.reason or "a source did not answer", topic=plan.topic,
-                           partition=plan.partition, offset=plan.local.end)  # fmt: skip
+        err = ClusterError(
+            plan.reason or "a source did not answer",
+            topic=plan.topic,
+            partition=plan.partition,
+            offset=plan.local.end,
+        )
         return r.with_status(Status.ERROR, plan.reason, err)
     return r

@@ -105,8 +105,9 @@ class _Worker:
         self.stop = threading.Event() if member is None else LeasedStop(member.lease)
         self.doorbell = threading.Event()
         self.finished = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"own-{self.tp[0]}-{self.tp[1]}",
-                                       daemon=True)  # fmt: skip
+        self.thread = threading.Thread(
+            target=self._run, name=f"own-{self.tp[0]}-{self.tp[1]}", daemon=True
+        )
 
     def _run(self) -> None:
         r = self.runner
@@ -121,14 +122,24 @@ class _Worker:
         # a field update per batch, read by the control loop.
         progress = self._progress if r.observer else r.progress
         try:
-            run_partition(self.task, r.pool, progress=progress, stop=self.stop, hooks=hooks,
-                          after=self.after)  # fmt: skip
+            run_partition(
+                self.task, r.pool, progress=progress, stop=self.stop, hooks=hooks, after=self.after
+            )
         except Exception as e:  # pragma: no cover - a bug; report it on the partition
             log.exception("worker %s-%d crashed", *self.tp)
             p = self.task.plan
-            r.record(PartitionResult(p.topic, p.partition, Status.ERROR, p.local.end, p.local.end,
-                                     p.target_end, reason=f"crashed: {e!r}",
-                                     error=PartsyncError(f"crashed: {e!r}")))  # fmt: skip
+            r.record(
+                PartitionResult(
+                    p.topic,
+                    p.partition,
+                    Status.ERROR,
+                    p.local.end,
+                    p.local.end,
+                    p.target_end,
+                    reason=f"crashed: {e!r}",
+                    error=PartsyncError(f"crashed: {e!r}"),
+                )
+            )
         finally:
             with r._lock:
                 self.finished.set()
@@ -227,8 +238,12 @@ class PartitionRunner:
         if self.member is None:
             self._prefetch_fencing(rest)
         else:  # not in the group member's thread, which must heartbeat
-            threading.Thread(target=self._prefetch_fencing, args=(rest,), daemon=True,
-                             name="prefetch-coordinators").start()  # fmt: skip
+            threading.Thread(
+                target=self._prefetch_fencing,
+                args=(rest,),
+                daemon=True,
+                name="prefetch-coordinators",
+            ).start()
         self._start_workers(rest)
         if self.observer:
             self.observer.set_owned(owned)
@@ -285,12 +300,14 @@ class PartitionRunner:
                 job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop), settled)
             else:
                 lease = self.member.lease
-                job = self._small = _SmallRound(keys, {tp: LeasedStop(lease) for tp in keys},
-                                                settled)  # fmt: skip
+                job = self._small = _SmallRound(
+                    keys, {tp: LeasedStop(lease) for tp in keys}, settled
+                )
             self._running += 1
             if self.member is not None:
-                thread = threading.Thread(target=self._run_small, args=(job, small),
-                                          name="first-round-small", daemon=True)  # fmt: skip
+                thread = threading.Thread(
+                    target=self._run_small, args=(job, small), name="first-round-small", daemon=True
+                )
                 thread.start()
         if self.member is None:
             self._run_small(job, small)
@@ -301,10 +318,15 @@ class PartitionRunner:
         rest = small
         try:
             observe = self.observer.observe_plan if self.observer else None
-            results, rest = first_round_small(small, self.pool, progress=self.progress,
-                                              stops=job.stops, settled=job.settled,
-                                              handed_over=lambda: not self.stop.is_set(),
-                                              on_plan=observe)  # fmt: skip
+            results, rest = first_round_small(
+                small,
+                self.pool,
+                progress=self.progress,
+                stops=job.stops,
+                settled=job.settled,
+                handed_over=lambda: not self.stop.is_set(),
+                on_plan=observe,
+            )
             for r in results:
                 self.record(r)
         except Exception:  # a bug: the partitions go on the usual way, which re-plans them
@@ -379,9 +401,18 @@ class PartitionRunner:
             for (t, p), task in tasks.items():
                 prev = self.results.get((t, p))
                 end = prev.local_end_after if prev else task.plan.local.end
-                self.record(PartitionResult(t, p, Status.UNSAFE, end, end, task.plan.target_end,
-                                            reason=reason, error=UnsafeError(
-                                                reason, topic=t, partition=p, offset=end)))  # fmt: skip
+                self.record(
+                    PartitionResult(
+                        t,
+                        p,
+                        Status.UNSAFE,
+                        end,
+                        end,
+                        task.plan.target_end,
+                        reason=reason,
+                        error=UnsafeError(reason, topic=t, partition=p, offset=end),
+                    )
+                )
         if not change.tasks:
             return
         with self._lock:
@@ -448,11 +479,16 @@ class PartitionRunner:
                 join_timeout = (
                     None if opts.follow else max(30.0, 4 * opts.session_timeout_ms / 1000)
                 )
-                self.member = GroupMember(self.pool.get(local), opts.group, topics, self,
-                                          session_timeout_ms=opts.session_timeout_ms,
-                                          rebalance_timeout_ms=opts.rebalance_ms,
-                                          join_timeout=join_timeout,
-                                          protocol=opts.group_protocol)  # fmt: skip
+                self.member = GroupMember(
+                    self.pool.get(local),
+                    opts.group,
+                    topics,
+                    self,
+                    session_timeout_ms=opts.session_timeout_ms,
+                    rebalance_timeout_ms=opts.rebalance_ms,
+                    join_timeout=join_timeout,
+                    protocol=opts.group_protocol,
+                )
                 if self.observer:
                     self.observer.watch_group(self.member)
                 self.member.start()
@@ -460,8 +496,7 @@ class PartitionRunner:
                 self.assigned(sorted(self.tasks), 0)
             member = self.member
             if self.watch is not None:
-                threading.Thread(target=self._watch_topics, name="topic-watch",
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(target=self._watch_topics, name="topic-watch", daemon=True).start()
             beat = 0.0
             while not self.stop.is_set():
                 self.wake.clear()

@@ -34,10 +34,15 @@ def scan_topics(
     """``plans`` with each partition that has ranges to copy scanned (``PartitionPlan.scan``),
     ``parallelism`` partitions at a time."""
     jobs = [(tp, p) for tp in plans for p in tp.partitions if p.chunks]
-    with ThreadPoolExecutor(max(1, min(parallelism, len(jobs) or 1)),
-                            thread_name_prefix="scan") as ex:  # fmt: skip
-        done = dict(zip(((tp.topic, p.partition) for tp, p in jobs),
-                        ex.map(lambda job: _scan(job[0], job[1], req, pool), jobs)))  # fmt: skip
+    with ThreadPoolExecutor(
+        max(1, min(parallelism, len(jobs) or 1)), thread_name_prefix="scan"
+    ) as ex:
+        done = dict(
+            zip(
+                ((tp.topic, p.partition) for tp, p in jobs),
+                ex.map(lambda job: _scan(job[0], job[1], req, pool), jobs),
+            )
+        )
     return [
         dataclasses.replace(
             tp, partitions=tuple(done.get((tp.topic, p.partition), p) for p in tp.partitions)
@@ -59,15 +64,18 @@ def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) 
         source_timeout=source.transaction_timeout,
         source_deadline=source.transaction_deadline,
     )
-    census = Census(p.local.end, ScanOptions(
-        fill_holes=opts.fill_holes,
-        replay=opts.replay_transactions,
-        compacted=None if tp.create is not None else tp.rules.compacted,
-        slots=TXN_SLOTS,
-        max_held_bytes=opts.max_in_flight_bytes,
-        bootstrap_at=p.copy_start if p.bootstrap else None,
-        hold=rule.hold if rule.resumable else None,
-    ))  # fmt: skip
+    census = Census(
+        p.local.end,
+        ScanOptions(
+            fill_holes=opts.fill_holes,
+            replay=opts.replay_transactions,
+            compacted=None if tp.create is not None else tp.rules.compacted,
+            slots=TXN_SLOTS,
+            max_held_bytes=opts.max_in_flight_bytes,
+            bootstrap_at=p.copy_start if p.bootstrap else None,
+            hold=rule.hold if rule.resumable else None,
+        ),
+    )
     try:
         for chunk in p.chunks:
             cluster = pool.get(refs[chunk.source])
@@ -76,8 +84,15 @@ def _scan(tp: TopicPlan, p: PartitionPlan, req: SyncRequest, pool: ClusterPool) 
                 # A bootstrap copies the batch holding the sources' log start whole.
                 first = chunk is p.chunks[0] and p.bootstrap
                 start = chunk.start if first else max(chunk.start, census.reached)
-                read = read_batches(conn, chunk.source, p.topic, p.partition, start, chunk.end,
-                                    fetch_bytes=_FETCH_BYTES)  # fmt: skip
+                read = read_batches(
+                    conn,
+                    chunk.source,
+                    p.topic,
+                    p.partition,
+                    start,
+                    chunk.end,
+                    fetch_bytes=_FETCH_BYTES,
+                )
                 if not census.add_all(read):
                     break  # a sync refuses the partition there
             finally:

@@ -124,12 +124,12 @@ def _copy_group(
     for t in tasks:
         if on_plan is not None:
             on_plan(t.plan)
-        copies.append(SmallCopy(t.plan, t.rules, fences[t.key], stop_of[t.key],
-                                settled_of[t.key]))  # fmt: skip
+        copies.append(SmallCopy(t.plan, t.rules, fences[t.key], stop_of[t.key], settled_of[t.key]))
     # The fences run while the sources are read: neither waits for the other (the copy waits
     # for each partition's fence before reading the local bounds it appends after).
-    fencer = threading.Thread(target=_fence_all, args=(tasks, local, stop_of, fences),
-                              name="fences", daemon=True)  # fmt: skip
+    fencer = threading.Thread(
+        target=_fence_all, args=(tasks, local, stop_of, fences), name="fences", daemon=True
+    )
     fencer.start()
     try:
         results = copy_small(copies, sources, local, first.options, progress)
@@ -204,8 +204,9 @@ def _fence_into(
     session = None
     try:
         if not stop.is_set():
-            session = open_producer(local, t.plan.topic, t.plan.partition, t.options.fencing,
-                                    lane=n % FENCE_CONNECTIONS)  # fmt: skip
+            session = open_producer(
+                local, t.plan.topic, t.plan.partition, t.options.fencing, lane=n % FENCE_CONNECTIONS
+            )
     except PartsyncError as e:
         log.debug("fencing %s-%d: %s", *t.key, e)
     finally:

@@ -86,11 +86,22 @@ def tasks_for(
                 continue
             # The sources that answered the plan, and those that did not (a round asks them
             # again: they may be back, and ahead).
-            srcs = tuple(r for r in req.sources
-                         if r.name in plan.sources or r.name in tp.unreachable)  # fmt: skip
-            tasks.append(PartitionTask(plan, srcs, req.local, req.options, tp.rules, req.policy,
-                                       retries, planned_at=tp.planned_at,
-                                       planned_in=os.getpid()))  # fmt: skip
+            srcs = tuple(
+                r for r in req.sources if r.name in plan.sources or r.name in tp.unreachable
+            )
+            tasks.append(
+                PartitionTask(
+                    plan,
+                    srcs,
+                    req.local,
+                    req.options,
+                    tp.rules,
+                    req.policy,
+                    retries,
+                    planned_at=tp.planned_at,
+                    planned_in=os.getpid(),
+                )
+            )
     return tasks
 
 
@@ -125,11 +136,15 @@ def _report(
                         # The group refused or lost this run: not handed to anyone.
                         r = r.with_status(Status.ERROR, f"not copied: {fatal}", fatal)
                     elif group and not stopped:
-                        r = r.with_status(Status.HANDED_OVER,
-                                          f"owned by another member of group {group!r}")  # fmt: skip
+                        r = r.with_status(
+                            Status.HANDED_OVER, f"owned by another member of group {group!r}"
+                        )
                     else:
-                        r = r.with_status(Status.STOPPED, "not reached before the stop",
-                                          StoppedError("not reached before the stop"))  # fmt: skip
+                        r = r.with_status(
+                            Status.STOPPED,
+                            "not reached before the stop",
+                            StoppedError("not reached before the stop"),
+                        )
             if r.status is Status.STOPPED and why:
                 r = r.with_copy(reason=f"{_STOP_CAUSES.get(why, why)}: {r.reason}")
             parts.append(r)
@@ -167,8 +182,15 @@ def run_sync(
     )
     stopped = stop is not None and stop.is_set()
     why = stopped_reason() if stopped_reason and stopped else None
-    return _report(req, plans, results, group=None, stopped=stopped,
-                   seconds=time.monotonic() - started, why=why)  # fmt: skip
+    return _report(
+        req,
+        plans,
+        results,
+        group=None,
+        stopped=stopped,
+        seconds=time.monotonic() - started,
+        why=why,
+    )
 
 
 def default_group(topics: Sequence[str]) -> str:
@@ -237,12 +259,18 @@ def run_job(
             # sync now is checked again when owned, and followed as the sources grow).
             tasks = tasks_for(req, plans, retries, behind_only=False)
         watch = TopicWatch(req, plans, retries, opts.topic_check_s) if opts.follow else None
-        runner = PartitionRunner(tasks, pool, run_opts, stop=stop, progress=progress,
-                                 observer=observer, watch=watch)  # fmt: skip
+        runner = PartitionRunner(
+            tasks, pool, run_opts, stop=stop, progress=progress, observer=observer, watch=watch
+        )
         if opts.follow and sync_groups is not None:
-            offsets = OffsetsFollower(pool.get(sync_groups.source), pool.get(req.local),
-                                      sync_groups.groups, req.topics, sync_groups.interval_s,
-                                      offsets_done)  # fmt: skip
+            offsets = OffsetsFollower(
+                pool.get(sync_groups.source),
+                pool.get(req.local),
+                sync_groups.groups,
+                req.topics,
+                sync_groups.interval_s,
+                offsets_done,
+            )
             offsets.start()
         fatal = runner.run()
         results = runner.results
@@ -255,8 +283,16 @@ def run_job(
         results = {(r.topic, r.partition): r for r in engine.run(tasks, pool)} if tasks else {}
     stopped = stop.is_set()
     why = stopped_reason() if stopped_reason and stopped else None
-    report = _report(req, plans, results, group=group, stopped=stopped,
-                     seconds=time.monotonic() - started, why=why, fatal=fatal)  # fmt: skip
+    report = _report(
+        req,
+        plans,
+        results,
+        group=group,
+        stopped=stopped,
+        seconds=time.monotonic() - started,
+        why=why,
+        fatal=fatal,
+    )
     if offsets is not None:
         report = dataclasses.replace(report, group_offsets=tuple(offsets.to_dict()))
     if group and protocol:

@@ -176,8 +176,7 @@ def copy_round(
         if plan.condition is Condition.BEHIND and (session is None or not session.usable):
             # About to write: take the partition over first (the new producer epoch fences any
             # earlier writer), then read the local end again, after the fence.
-            session = open_producer_for(local, task.plan.topic, task.plan.partition,
-                                        task.options)  # fmt: skip
+            session = open_producer_for(local, task.plan.topic, task.plan.partition, task.options)
             plan = refresh_plan(task, local, sources, dict(plan.sources))
         if reuse and (
             plan.local.end != task.plan.local.end or plan.condition is not Condition.BEHIND
@@ -300,13 +299,27 @@ def run_partition(
             result, after = after, None
         elif hooks.slots is not None:
             with hooks.slots:
-                result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                             on_plan=hooks.on_plan, first=merged is None,
-                                             last_end=last_end)  # fmt: skip
+                result, session = copy_round(
+                    task,
+                    pool,
+                    session,
+                    progress=progress,
+                    stop=stop,
+                    on_plan=hooks.on_plan,
+                    first=merged is None,
+                    last_end=last_end,
+                )
         else:
-            result, session = copy_round(task, pool, session, progress=progress, stop=stop,
-                                         on_plan=hooks.on_plan, first=merged is None,
-                                         last_end=last_end)  # fmt: skip
+            result, session = copy_round(
+                task,
+                pool,
+                session,
+                progress=progress,
+                stop=stop,
+                on_plan=hooks.on_plan,
+                first=merged is None,
+                last_end=last_end,
+            )
         last_end = result.local_end_after
         if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
             result = interrupted(result, hooks.handed_over)
@@ -365,10 +378,14 @@ def interrupted(result: PartitionResult, handed_over: Callable[[], bool] | None)
     next owner's (a hand-over, ``handed_over()`` true) or the next run's (a stop request)."""
     at = result.local_end_after
     if handed_over is not None and handed_over():
-        return result.with_status(Status.HANDED_OVER,
-                                  f"ownership moved to another group member at offset {at}")  # fmt: skip
-    return result.with_status(Status.STOPPED, f"stopped at offset {at} before catching up",
-                              StoppedError("stopped before catching up", offset=at))  # fmt: skip
+        return result.with_status(
+            Status.HANDED_OVER, f"ownership moved to another group member at offset {at}"
+        )
+    return result.with_status(
+        Status.STOPPED,
+        f"stopped at offset {at} before catching up",
+        StoppedError("stopped before catching up", offset=at),
+    )
 
 
 def run_partition_task(

@@ -113,13 +113,19 @@ class TopicWatch:
         if new <= known:
             return None
         if len(set(counts.values())) > 1:
-            self._warn(topic, f"sources disagree on topic {topic}'s partition count ({counts}); "
-                       "waiting for them to agree before copying new partitions")  # fmt: skip
+            self._warn(
+                topic,
+                f"sources disagree on topic {topic}'s partition count ({counts}); "
+                "waiting for them to agree before copying new partitions",
+            )
             return None
         if not self.req.add_partitions or self.req.partitions is not None:
             why = "--no-add-partitions" if not self.req.add_partitions else "--partitions"
-            self._warn(topic, f"topic {topic} has {new} partitions on the sources, the job "
-                       f"{known}; not copying the new ones ({why})")  # fmt: skip
+            self._warn(
+                topic,
+                f"topic {topic} has {new} partitions on the sources, the job "
+                f"{known}; not copying the new ones ({why})",
+            )
             return None
         from partsync.run.sync import tasks_for  # sync imports the runner, which imports us
 
@@ -127,15 +133,21 @@ class TopicWatch:
         info = local.topic(topic, refresh=True)
         if info is not None and info.partitions < new:
             local.grow_topic(topic, new)
-            log.warning("topic %s on %s grew from %d to %d partitions, as its sources did",
-                        topic, local.name, info.partitions, new)  # fmt: skip
+            log.warning(
+                "topic %s on %s grew from %d to %d partitions, as its sources did",
+                topic,
+                local.name,
+                info.partitions,
+                new,
+            )
         req = dataclasses.replace(
             self.req, topics=(topic,), partitions=frozenset(range(known, new))
         )
         plans = plan_topics(req, pool)
         if plans[0].refused or plans[0].error:
-            self._warn(topic, f"topic {topic}'s new partitions: "
-                       f"{plans[0].refused or plans[0].error}")  # fmt: skip
+            self._warn(
+                topic, f"topic {topic}'s new partitions: {plans[0].refused or plans[0].error}"
+            )
             return None
         self.counts[topic] = new
         return tasks_for(req, plans, self.retries, behind_only=False)

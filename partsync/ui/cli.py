@@ -86,8 +86,9 @@ def raw_main(argv: list[str] | None = None) -> ExitStatus:
         # Escaped: messages name config tables ("[clusters.dc1]"), which are not markup.
         stderr.print(f"[bold red]partsync:[/] {escape(str(e))}", highlight=False)
         if as_json:
-            emit_json_error(_KINDS.get(type(e).__name__, type(e).__name__), str(e),
-                            e.exit_status, **e.to_dict())  # fmt: skip
+            emit_json_error(
+                _KINDS.get(type(e).__name__, type(e).__name__), str(e), e.exit_status, **e.to_dict()
+            )
         return e.exit_status
     except click.exceptions.Abort:
         stderr.print("aborted")

@@ -38,16 +38,32 @@ Exit codes:
     help="Clusters to check, as the run would use them: the local cluster (--local, or `local` "
     "in the config file) if listed, the others as sources. " + CLUSTER_HELP,
 )
-@click.option("--group", default=None, metavar="NAME",
-              help="The group sync would join (default: partsync.<topics>).")  # fmt: skip
+@click.option(
+    "--group",
+    default=None,
+    metavar="NAME",
+    help="The group sync would join (default: partsync.<topics>).",
+)
 @click.option("--no-group", is_flag=True, help="The run uses --no-group: no group checks.")
-@click.option("--fencing/--no-fencing", default=True, show_default=True,
-              help="Whether the run fences (transactional ids 'partsync:<topic>:<partition>').")  # fmt: skip
-@click.option("--compaction-holes", type=click.Choice(["refuse", "fill"]), default="refuse",
-              show_default=True,
-              help="The run's --compaction-holes: fill needs compacted local topics.")  # fmt: skip
-@click.option("--hole-key", default=None, metavar="KEY",
-              help="The run's --hole-key (accepted so a sync command line checks as is).")  # fmt: skip
+@click.option(
+    "--fencing/--no-fencing",
+    default=True,
+    show_default=True,
+    help="Whether the run fences (transactional ids 'partsync:<topic>:<partition>').",
+)
+@click.option(
+    "--compaction-holes",
+    type=click.Choice(["refuse", "fill"]),
+    default="refuse",
+    show_default=True,
+    help="The run's --compaction-holes: fill needs compacted local topics.",
+)
+@click.option(
+    "--hole-key",
+    default=None,
+    metavar="KEY",
+    help="The run's --hole-key (accepted so a sync command line checks as is).",
+)
 @config_option
 @click.pass_obj
 def check(
@@ -94,11 +110,18 @@ def check(
     if hole_key == "":
         raise UsageError("--hole-key: the key of hole records cannot be empty")
     source_list = _sources(ctx, sources, clusters, local)
-    req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), source_list, local,
-                        partitions, chunk_offsets, create_missing,
-                        options=CopyOptions(compaction_holes=compaction_holes),
-                        on_retention_gap=on_retention_gap,
-                        add_partitions=add_partitions)  # fmt: skip
+    req = build_request(
+        ctx,
+        TopicArgs(topics, topic_patterns, excludes),
+        source_list,
+        local,
+        partitions,
+        chunk_offsets,
+        create_missing,
+        options=CopyOptions(compaction_holes=compaction_holes),
+        on_retention_gap=on_retention_gap,
+        add_partitions=add_partitions,
+    )
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
         opts = CheckOptions(None if no_group else group or default_group(req.job_topics), fencing)
@@ -134,20 +157,37 @@ def _render(report: object) -> None:
     from partsync.ui.render import WordTable, print_table
 
     assert isinstance(report, CheckReport)
-    marks = {Verdict.OK: "[green]ok[/]", Verdict.MISSING: "[bold red]MISSING[/]",
-             Verdict.UNKNOWN: "[yellow]unknown[/]", Verdict.WARNING: "[yellow]warning[/]"}  # fmt: skip
+    marks = {
+        Verdict.OK: "[green]ok[/]",
+        Verdict.MISSING: "[bold red]MISSING[/]",
+        Verdict.UNKNOWN: "[yellow]unknown[/]",
+        Verdict.WARNING: "[yellow]warning[/]",
+    }
     table = WordTable("cluster", "role", "checked", "needs", "result", "why / seen")
     for c in report.clusters:
         if c.error is not None:
-            table.add_row(escape(c.name), c.role, "connection", "-", marks[Verdict.MISSING],
-                          escape(c.error))  # fmt: skip
+            table.add_row(
+                escape(c.name), c.role, "connection", "-", marks[Verdict.MISSING], escape(c.error)
+            )
             continue
         brokers = f"{c.brokers} broker{'s' if c.brokers != 1 else ''}"
-        table.add_row(escape(c.name), c.role, "connection", "-", marks[Verdict.OK],
-                      escape(f"{c.bootstrap}: Kafka {c.broker_version} protocol, {brokers}"))  # fmt: skip
+        table.add_row(
+            escape(c.name),
+            c.role,
+            "connection",
+            "-",
+            marks[Verdict.OK],
+            escape(f"{c.bootstrap}: Kafka {c.broker_version} protocol, {brokers}"),
+        )
         for f in c.findings:
-            table.add_row(escape(c.name), c.role, escape(f.subject), f.need, marks[f.verdict],
-                          escape(f.detail))  # fmt: skip
+            table.add_row(
+                escape(c.name),
+                c.role,
+                escape(f.subject),
+                f.need,
+                marks[f.verdict],
+                escape(f.detail),
+            )
     print_table(table)
     problems = [(c.name, f) for c in report.clusters for f in c.problems]
     unreachable = [c.name for c in report.clusters if c.error is not None]

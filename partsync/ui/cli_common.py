@@ -172,9 +172,11 @@ class TopicArgs:
                 raise UsageError("empty topic name")
         if not self.patterns and not self.excludes:
             return None
-        return TopicSelection(tuple(dict.fromkeys(self.named)),
-                              compile_patterns(self.patterns, "--topic-pattern"),
-                              compile_patterns(self.excludes, "--exclude"))  # fmt: skip
+        return TopicSelection(
+            tuple(dict.fromkeys(self.named)),
+            compile_patterns(self.patterns, "--topic-pattern"),
+            compile_patterns(self.excludes, "--exclude"),
+        )
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -47,8 +47,9 @@ def demo(records: int, keep: bool) -> None:
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        status = run_demo(records_per_partition=records, keep=keep, console=Console(),
-                          err=stderr.console)  # fmt: skip
+        status = run_demo(
+            records_per_partition=records, keep=keep, console=Console(), err=stderr.console
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     raise Exit(status)

@@ -21,22 +21,48 @@ __all__ = ["offsets"]
 
 
 @click.command(epilog=EXIT_CODES_HELP)
-@click.option("--topic", "topics", multiple=True, required=True, metavar="TOPIC",
-              help="Topic whose offsets are copied; repeat for several.")  # fmt: skip
-@click.option("--from", "source", default=None, metavar="CLUSTER",
-              help="The cluster the consumers ran on (required unless --to-datetime). "
-                   + CLUSTER_HELP)  # fmt: skip
-@click.option("--local", "local", default=None, metavar="CLUSTER",
-              help="The cluster they fail over to; default: `local` in the config file.")  # fmt: skip
-@click.option("--group", "groups", multiple=True, required=True, metavar="GROUP",
-              help="Consumer group; repeat for several.")  # fmt: skip
-@click.option("--to-datetime", "to_datetime", default=None, metavar="TIME",
-              help="Instead of copying from --from: set the groups' offsets on the local "
-                   "cluster to the first data record at or after TIME (ISO 8601, e.g. "
-                   "2026-11-20T08:00:00Z; without a zone, UTC), read from the local "
-                   "partitions' own data batches with transaction markers skipped (Kafka's "
-                   "own time lookup can stop at a replayed marker, which carries the local "
-                   "leader's time); the log end where no record is that new.")  # fmt: skip
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    required=True,
+    metavar="TOPIC",
+    help="Topic whose offsets are copied; repeat for several.",
+)
+@click.option(
+    "--from",
+    "source",
+    default=None,
+    metavar="CLUSTER",
+    help="The cluster the consumers ran on (required unless --to-datetime). " + CLUSTER_HELP,
+)
+@click.option(
+    "--local",
+    "local",
+    default=None,
+    metavar="CLUSTER",
+    help="The cluster they fail over to; default: `local` in the config file.",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    required=True,
+    metavar="GROUP",
+    help="Consumer group; repeat for several.",
+)
+@click.option(
+    "--to-datetime",
+    "to_datetime",
+    default=None,
+    metavar="TIME",
+    help="Instead of copying from --from: set the groups' offsets on the local "
+    "cluster to the first data record at or after TIME (ISO 8601, e.g. "
+    "2026-11-20T08:00:00Z; without a zone, UTC), read from the local "
+    "partitions' own data batches with transaction markers skipped (Kafka's "
+    "own time lookup can stop at a replayed marker, which carries the local "
+    "leader's time); the log end where no record is that new.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @config_option
 @click.pass_obj
@@ -66,8 +92,10 @@ def offsets(
     from partsync.run.offsets import copy_group_offsets, reset_group_offsets_to_time
 
     if (source is None) == (to_datetime is None):
-        raise UsageError("give either --from CLUSTER (copy the groups' committed offsets) or "
-                         "--to-datetime TIME (set them by time on the local cluster)")  # fmt: skip
+        raise UsageError(
+            "give either --from CLUSTER (copy the groups' committed offsets) or "
+            "--to-datetime TIME (set them by time on the local cluster)"
+        )
     cfg = ctx.config
     loc = cfg.local_ref(local)
     wanted = tuple(dict.fromkeys(topics))
@@ -95,13 +123,20 @@ def offsets(
         table = WordTable("group", "topic", "partition", "source offset", "local offset", "status")
         for g in report.groups:
             for p in g.partitions:
-                table.add_row(escape(g.group), p.topic, str(p.partition), _num(p.source_offset),
-                              _num(p.local_offset), p.status)  # fmt: skip
+                table.add_row(
+                    escape(g.group),
+                    p.topic,
+                    str(p.partition),
+                    _num(p.source_offset),
+                    _num(p.local_offset),
+                    p.status,
+                )
         print_table(table)
         for g in report.groups:
             if g.reason:
-                stderr.print(f"{g.status}: group {g.group}: {g.reason}", markup=False,
-                             highlight=False)  # fmt: skip
+                stderr.print(
+                    f"{g.status}: group {g.group}: {g.reason}", markup=False, highlight=False
+                )
     raise Exit(report.exit_status)
 
 
@@ -112,8 +147,9 @@ def _parse_time(text: str) -> int:
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
-        raise UsageError(f"--to-datetime {text!r} is not an ISO 8601 time "
-                         "(e.g. 2026-11-20T08:00:00Z)") from None  # fmt: skip
+        raise UsageError(
+            f"--to-datetime {text!r} is not an ISO 8601 time (e.g. 2026-11-20T08:00:00Z)"
+        ) from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
     return int(t.timestamp() * 1000)

@@ -108,13 +108,23 @@ def plan(
     from partsync.run.sync import plan_exit_status
     from partsync.ui.render import plan_notes, plan_table, print_table
 
-    options = CopyOptions(compaction_holes=compaction_holes,
-                          transactions=_transactions(transactions, fencing=True),
-                          max_in_flight_bytes=max_in_flight_bytes)  # fmt: skip
-    req = build_request(ctx, TopicArgs(topics, topic_patterns, excludes), sources, local,
-                        partitions, chunk_offsets, create_missing, options,
-                        on_retention_gap=on_retention_gap,
-                        add_partitions=add_partitions)  # fmt: skip
+    options = CopyOptions(
+        compaction_holes=compaction_holes,
+        transactions=_transactions(transactions, fencing=True),
+        max_in_flight_bytes=max_in_flight_bytes,
+    )
+    req = build_request(
+        ctx,
+        TopicArgs(topics, topic_patterns, excludes),
+        sources,
+        local,
+        partitions,
+        chunk_offsets,
+        create_missing,
+        options,
+        on_retention_gap=on_retention_gap,
+        add_partitions=add_partitions,
+    )
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
         plans = plan_topics(req, pool)
@@ -123,8 +133,11 @@ def plan(
 
             plans = scan_topics(plans, req, pool, parallelism=PARALLELISM)
     if req.selection is not None and not as_json:
-        stderr.print(f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)",
-                     highlight=False, markup=False)  # fmt: skip
+        stderr.print(
+            f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)",
+            highlight=False,
+            markup=False,
+        )
     if as_json:
         emit_json({"topics": [tp.to_dict() for tp in plans]})
     else:
@@ -465,9 +478,17 @@ def sync(
         transaction_timeout_ms=int(transaction_timeout * 1000),
     )
     req = build_request(
-        ctx, TopicArgs(topics, topic_patterns, excludes), sources, local, partitions,
-        chunk_offsets, create_missing, opts, on_retention_gap, add_partitions,
-    )  # fmt: skip
+        ctx,
+        TopicArgs(topics, topic_patterns, excludes),
+        sources,
+        local,
+        partitions,
+        chunk_offsets,
+        create_missing,
+        opts,
+        on_retention_gap,
+        add_partitions,
+    )
     to_sync = None
     if sync_groups:
         from partsync.run.sync import GroupsToSync
@@ -507,9 +528,13 @@ def sync(
             progress = CopyProgress(stderr.console, total, phase)
             progress.start(
                 {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions},
-                {(p.topic, p.partition): p.target_end for tp in plans for p in tp.partitions
-                 if p.condition.value == "behind"},
-            )  # fmt: skip
+                {
+                    (p.topic, p.partition): p.target_end
+                    for tp in plans
+                    for p in tp.partitions
+                    if p.condition.value == "behind"
+                },
+            )
         try:
             with _live_metrics(follow, metrics_port, metrics_host) as live:
                 if follow:
@@ -588,8 +613,10 @@ def _transactions(asked: str | None, fencing: bool) -> str:
     """--transactions: replay unless asked otherwise, or without fencing, which a replay needs
     (its transaction slots are fenced with the partition): that keeps refusing as before."""
     if asked == "replay" and not fencing:
-        raise UsageError("--transactions replay needs fencing: its transaction slots are fenced "
-                         "with the partition")  # fmt: skip
+        raise UsageError(
+            "--transactions replay needs fencing: its transaction slots are fenced "
+            "with the partition"
+        )
     if asked is None:
         return "replay" if fencing else "refuse"
     return asked

@@ -80,8 +80,14 @@ def diff_table(report: DiffReport) -> Table:
     t.add_column("diverges", justify="right", overflow="fold")
     for tp in report.topics:
         if not tp.partitions:
-            t.add_row(escape(tp.topic), "*", _styled(tp.status.value), "-",
-                      *["-" for _ in report.clusters], "-")  # fmt: skip
+            t.add_row(
+                escape(tp.topic),
+                "*",
+                _styled(tp.status.value),
+                "-",
+                *["-" for _ in report.clusters],
+                "-",
+            )
             continue
         for p in sorted(tp.partitions, key=lambda p: p.partition):
             cells = []
@@ -120,8 +126,10 @@ def diff_notes(report: DiffReport) -> list[str]:
         for p in sorted(tp.partitions, key=lambda p: p.partition):
             if p.reason and p.status is not DiffStatus.LAGGING:
                 who = f" ({', '.join(p.disagreeing)} disagree{'s' if len(p.disagreeing) == 1 else ''})"
-                notes.append(f"{display_status(p)}: topic {p.topic} partition {p.partition}"
-                             f"{who if p.disagreeing else ''}: {p.reason}")  # fmt: skip
+                notes.append(
+                    f"{display_status(p)}: topic {p.topic} partition {p.partition}"
+                    f"{who if p.disagreeing else ''}: {p.reason}"
+                )
             if p.holes:
                 what = (
                     "hole records compared as the holes they fill"
@@ -129,15 +137,19 @@ def diff_notes(report: DiffReport) -> list[str]:
                     else "batches compared as a mirror with filled holes holds them"
                 )
                 counts = ", ".join(f"{n} {k}" for n, k in p.holes.items())
-                notes.append(f"note: topic {p.topic} partition {p.partition}: {what} "
-                             f"(--compaction-holes fill): {counts}")  # fmt: skip
+                notes.append(
+                    f"note: topic {p.topic} partition {p.partition}: {what} "
+                    f"(--compaction-holes fill): {counts}"
+                )
             if any(p.marker_skew_ms.values()):
                 skews = ", ".join(f"{n} {k / 1000:g}s" for n, k in p.marker_skew_ms.items())
-                notes.append(f"note: topic {p.topic} partition {p.partition}: transaction "
-                             f"markers' times differ by up to {skews} (each leader stamps the "
-                             "markers it writes; not compared, but Kafka's time lookups can "
-                             "stop at them: partsync offsets --to-datetime seeks by data "
-                             "records)")  # fmt: skip
+                notes.append(
+                    f"note: topic {p.topic} partition {p.partition}: transaction "
+                    f"markers' times differ by up to {skews} (each leader stamps the "
+                    "markers it writes; not compared, but Kafka's time lookups can "
+                    "stop at them: partsync offsets --to-datetime seeks by data "
+                    "records)"
+                )
     return notes
 
 
@@ -193,8 +205,10 @@ def _esc(s: object) -> str:
 
 
 def _bar(x0: float, x1: float, y: int, fill: str, title: str) -> str:
-    return (f'<rect x="{x0:.1f}" y="{y}" width="{max(1.0, x1 - x0):.1f}" height="18" rx="3" '
-            f'fill="{fill}" opacity="0.85"><title>{title}</title></rect>')  # fmt: skip
+    return (
+        f'<rect x="{x0:.1f}" y="{y}" width="{max(1.0, x1 - x0):.1f}" height="18" rx="3" '
+        f'fill="{fill}" opacity="0.85"><title>{title}</title></rect>'
+    )
 
 
 def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
@@ -208,8 +222,12 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
     hi = max(b.end for b in known.values())
     rows = _ROW * len(clusters)
     height = rows + 44
-    out = [(f'<svg width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" role="img" '
-            f'aria-label="offset ranges of partition {p.partition}">')]  # fmt: skip
+    out = [
+        (
+            f'<svg width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" role="img" '
+            f'aria-label="offset ranges of partition {p.partition}">'
+        )
+    ]
     div = p.first_divergent_offset
     for i, name in enumerate(clusters):
         y = 6 + i * _ROW
@@ -217,11 +235,14 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
         bad = name in p.disagreeing or name in p.unreachable
         label = ("? " if name in p.unreachable else "✗ " if bad else "") + name
         weight = ' font-weight="bold"' if bad else ""
-        out.append(f'<text x="4" y="{y + 14}"{weight}><title>{_esc(name)}</title>'
-                   f"{_esc(label[:24])}</text>")  # fmt: skip
+        out.append(
+            f'<text x="4" y="{y + 14}"{weight}><title>{_esc(name)}</title>{_esc(label[:24])}</text>'
+        )
         if b is None:
-            out.append(f'<text x="{_LABEL}" y="{y + 14}" fill="#8250df">no data '
-                       "(unreachable, or the partition is missing)</text>")  # fmt: skip
+            out.append(
+                f'<text x="{_LABEL}" y="{y + 14}" fill="#8250df">no data '
+                "(unreachable, or the partition is missing)</text>"
+            )
             continue
         x0, x1 = _x(b.log_start, lo, hi), _x(b.end, lo, hi)
         what = f"{_esc(name)}: log start {b.log_start}, high watermark {b.end}"
@@ -235,8 +256,10 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
         lag = p.lag.get(name, 0)
         if lag:
             xe = _x(hi, lo, hi)
-            out.append(f'<rect x="{x1:.1f}" y="{y}" width="{max(1.0, xe - x1):.1f}" height="18" rx="3" '
-                       f'fill="url(#lag)" stroke="#d4a72c"><title>{_esc(name)} lags by {lag}</title></rect>')  # fmt: skip
+            out.append(
+                f'<rect x="{x1:.1f}" y="{y}" width="{max(1.0, xe - x1):.1f}" height="18" rx="3" '
+                f'fill="url(#lag)" stroke="#d4a72c"><title>{_esc(name)} lags by {lag}</title></rect>'
+            )
             out.append(
                 f'<text x="{min(xe, x1 + 4):.1f}" y="{y + 13}" fill="#7d4e00">lag {lag}</text>'
             )
@@ -247,18 +270,24 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
     if p.common_range is not None and p.common_range[1] > p.common_range[0]:
         c0, c1 = p.common_range
         x0, x1 = _x(c0, lo, hi), _x(c1, lo, hi)
-        out.append(f'<rect x="{x0:.1f}" y="{axis - 3}" width="{max(1.0, x1 - x0):.1f}" height="6" '
-                   f'fill="#1a7f37"><title>common range {c0}..{c1}</title></rect>')  # fmt: skip
+        out.append(
+            f'<rect x="{x0:.1f}" y="{axis - 3}" width="{max(1.0, x1 - x0):.1f}" height="6" '
+            f'fill="#1a7f37"><title>common range {c0}..{c1}</title></rect>'
+        )
         out.append(f'<text x="4" y="{axis + 4}" fill="#1a7f37">common {c0}..{c1}</text>')
     if div is not None:
         xd = _x(div, lo, hi)
-        out.append(f'<line x1="{xd:.1f}" y1="0" x2="{xd:.1f}" y2="{axis + 4}" stroke="#cf222e" '
-                   f'stroke-width="2" stroke-dasharray="4 2"><title>first divergent offset '
-                   f'{div}</title></line>')  # fmt: skip
+        out.append(
+            f'<line x1="{xd:.1f}" y1="0" x2="{xd:.1f}" y2="{axis + 4}" stroke="#cf222e" '
+            f'stroke-width="2" stroke-dasharray="4 2"><title>first divergent offset '
+            f"{div}</title></line>"
+        )
         anchor = "end" if xd > _W - 160 else "start"
         dx = -4 if anchor == "end" else 4
-        out.append(f'<text x="{xd + dx:.1f}" y="{axis + 18}" fill="#cf222e" text-anchor="{anchor}">'
-                   f"diverges at {div}</text>")  # fmt: skip
+        out.append(
+            f'<text x="{xd + dx:.1f}" y="{axis + 18}" fill="#cf222e" text-anchor="{anchor}">'
+            f"diverges at {div}</text>"
+        )
     out.append(f'<text x="{_LABEL}" y="{height - 2}" fill="#59636e">{lo}</text>')
     out.append(f'<text x="{_W - 20}" y="{height - 2}" fill="#59636e" text-anchor="end">{hi}</text>')
     out.append("</svg>")
@@ -267,8 +296,10 @@ def _svg(p: PartitionDiff, clusters: Sequence[str]) -> str:
 
 def _part_html(p: PartitionDiff, clusters: Sequence[str], topic: TopicDiff) -> str:
     status = display_status(p)
-    head = (f'<span class="badge" style="background:{_COLOR.get(status, "#59636e")}">{_esc(status)}'
-            f'</span> {_esc(topic.topic)} / partition {p.partition}')  # fmt: skip
+    head = (
+        f'<span class="badge" style="background:{_COLOR.get(status, "#59636e")}">{_esc(status)}'
+        f"</span> {_esc(topic.topic)} / partition {p.partition}"
+    )
     if p.common_range is not None:
         head += f" &middot; common range {_esc(_common(p))}"
     if p.first_divergent_offset is not None:
@@ -280,11 +311,15 @@ def _part_html(p: PartitionDiff, clusters: Sequence[str], topic: TopicDiff) -> s
         f"<td>{_esc(b.end if b else '-')}</td><td>{_esc(p.lag.get(n, '-'))}</td></tr>"
         for n, b in ((n, p.clusters.get(n)) for n in clusters)
     )
-    table = ('<table class="nums"><tr><th>cluster</th><th>log start</th><th>high watermark</th>'
-             f'<th>lag</th></tr>{rows}</table>')  # fmt: skip
+    table = (
+        '<table class="nums"><tr><th>cluster</th><th>log start</th><th>high watermark</th>'
+        f"<th>lag</th></tr>{rows}</table>"
+    )
     reason = f'<div class="reason">{_esc(p.reason)}</div>' if p.reason else ""
-    return (f'<div class="part s-{_esc(status)}"><h3>{head}</h3>{reason}{_svg(p, clusters)}'
-            f"{table}</div>")  # fmt: skip
+    return (
+        f'<div class="part s-{_esc(status)}"><h3>{head}</h3>{reason}{_svg(p, clusters)}'
+        f"{table}</div>"
+    )
 
 
 _RANK = {"divergent": 0, "error": 1, "unreachable": 1, "lagging": 2, "identical": 3}
@@ -299,10 +334,14 @@ def _topics_table(report: DiffReport) -> str:
     for tp in report.topics:
         c: Counter[str] = Counter(display_status(p) for p in tp.partitions)
         cells = "".join(f"<td>{c[s] or ''}</td>" for s in _ORDER)
-        rows.append(f"<tr><td>{_esc(tp.topic)}</td><td>{_esc(tp.status.value)}</td>"
-                    f"<td>{len(tp.partitions)}</td>{cells}</tr>")  # fmt: skip
-    return ('<table class="nums"><tr><th>topic</th><th>status</th><th>partitions</th>'
-            f"{head}</tr>{''.join(rows)}</table>")  # fmt: skip
+        rows.append(
+            f"<tr><td>{_esc(tp.topic)}</td><td>{_esc(tp.status.value)}</td>"
+            f"<td>{len(tp.partitions)}</td>{cells}</tr>"
+        )
+    return (
+        '<table class="nums"><tr><th>topic</th><th>status</th><th>partitions</th>'
+        f"{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> str:
@@ -313,10 +352,12 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
     counts = _counts(report)
     summary = "".join(
         f'<span><span class="badge" style="background:{_COLOR[s]}">{counts[s]}</span> {s}</span>'
-        for s in ("identical", "lagging", "divergent", "unreachable", "error") if counts[s]
-    )  # fmt: skip
+        for s in ("identical", "lagging", "divergent", "unreachable", "error")
+        if counts[s]
+    )
     overall = {0: "identical (lag alone is fine)", 1: "failed", 3: "divergence found"}.get(
-        int(report.exit_status), str(int(report.exit_status)))  # fmt: skip
+        int(report.exit_status), str(int(report.exit_status))
+    )
     body = [
         f"<h1>partsync diff: {_esc(overall)}</h1>",
         (
@@ -337,24 +378,31 @@ def diff_html(report: DiffReport, *, generated: _dt.datetime | None = None) -> s
     body.append(_topics_table(report))
     # A filter without script (the page stays self-contained and inert): checked, the CSS
     # hides identical partitions.
-    body.append('<input type="checkbox" id="only-problems"><label for="only-problems" '
-                'class="filter"> show only partitions that are not identical</label>'
-                '<div class="parts">')  # fmt: skip
+    body.append(
+        '<input type="checkbox" id="only-problems"><label for="only-problems" '
+        'class="filter"> show only partitions that are not identical</label>'
+        '<div class="parts">'
+    )
     for tp in report.topics:
-        body.append(f"<h2>topic {_esc(tp.topic)} "
-                    f'<span class="badge" style="background:{_COLOR.get(tp.status.value, "#59636e")}">'
-                    f"{_esc(tp.status.value)}</span></h2>")  # fmt: skip
+        body.append(
+            f"<h2>topic {_esc(tp.topic)} "
+            f'<span class="badge" style="background:{_COLOR.get(tp.status.value, "#59636e")}">'
+            f"{_esc(tp.status.value)}</span></h2>"
+        )
         if tp.reason:
             body.append(f'<div class="topicnote">{_esc(tp.reason)}</div>')
         # Problems first: divergent, then unreadable, then lagging, then identical.
-        for p in sorted(tp.partitions, key=lambda p: (_RANK.get(display_status(p), 1),
-                                                      p.partition)):  # fmt: skip
+        for p in sorted(
+            tp.partitions, key=lambda p: (_RANK.get(display_status(p), 1), p.partition)
+        ):
             body.append(_part_html(p, report.clusters, tp))
     body.append("</div>")
-    defs = ('<svg width="0" height="0" style="position:absolute"><defs><pattern id="lag" '
-            'width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-            '<rect width="6" height="6" fill="#fff1c2"/><line x1="0" y1="0" x2="0" y2="6" '
-            'stroke="#d4a72c" stroke-width="2"/></pattern></defs></svg>')  # fmt: skip
+    defs = (
+        '<svg width="0" height="0" style="position:absolute"><defs><pattern id="lag" '
+        'width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        '<rect width="6" height="6" fill="#fff1c2"/><line x1="0" y1="0" x2="0" y2="6" '
+        'stroke="#d4a72c" stroke-width="2"/></pattern></defs></svg>'
+    )
     # Every value is HTML already (external strings went through _esc): Template does not escape.
     return _page().substitute(
         title=_esc(", ".join(t.topic for t in report.topics)),

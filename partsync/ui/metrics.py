@@ -214,12 +214,21 @@ class _RunCollector(Collector):
             _TP,
             (((t, str(p)), v) for (t, p), v in sorted(last.items())),
         )
-        yield _gauge("partsync_run_duration_seconds", "Duration of the last run.", (),
-                     [((), round(report.seconds, 3))])  # fmt: skip
-        yield _gauge("partsync_run_exit_code", "Exit code of the last run.", (),
-                     [((), self.exit_code)])  # fmt: skip
-        yield _gauge("partsync_run_timestamp_seconds", "Unix time the last run ended.", (),
-                     [((), round(now, 3))])  # fmt: skip
+        yield _gauge(
+            "partsync_run_duration_seconds",
+            "Duration of the last run.",
+            (),
+            [((), round(report.seconds, 3))],
+        )
+        yield _gauge(
+            "partsync_run_exit_code", "Exit code of the last run.", (), [((), self.exit_code)]
+        )
+        yield _gauge(
+            "partsync_run_timestamp_seconds",
+            "Unix time the last run ended.",
+            (),
+            [((), round(now, 3))],
+        )
 
 
 def render_metrics(
@@ -569,9 +578,10 @@ def _app(metrics: LiveMetrics) -> Callable[[dict[str, Any], _Start], list[bytes]
         h = metrics.health()
         ok, reason = (h.live, h.live_reason) if path == "/healthz" else (h.ready, h.ready_reason)
         body = (reason + "\n").encode()
-        start("200 OK" if ok else "503 Service Unavailable",
-              [("Content-Type", "text/plain; charset=utf-8"),
-               ("Content-Length", str(len(body)))])  # fmt: skip
+        start(
+            "200 OK" if ok else "503 Service Unavailable",
+            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+        )
         return [body]
 
     return app

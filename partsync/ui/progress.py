@@ -68,8 +68,9 @@ class _TimeLeft(ProgressColumn):
             return Text("-:--:--", style="progress.remaining")
         left, at = est
         secs = max(0, int(left - (time.monotonic() - at) + 0.5))
-        return Text(f"{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}",
-                    style="progress.remaining")  # fmt: skip
+        return Text(
+            f"{secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}", style="progress.remaining"
+        )
 
 
 class CopyProgress:
@@ -94,8 +95,9 @@ class CopyProgress:
             console=console,
             transient=True,
         )
-        self._task = self._progress.add_task("copy", total=total_offsets, copied="", parts="",
-                                             phase=f"{phase}…")  # fmt: skip
+        self._task = self._progress.add_task(
+            "copy", total=total_offsets, copied="", parts="", phase=f"{phase}…"
+        )
         self._bytes = 0
         self._offsets = 0
         self._done = 0
@@ -131,9 +133,13 @@ class CopyProgress:
                 rate = f" {human_bytes(rates[0])}/s"
                 if rates[1] > 0:
                     self._eta = (max(0, self._total - self._offsets) / rates[1], now)
-            self._progress.update(self._task, advance=max(0, next_offset - before),
-                                  copied=human_bytes(self._bytes) + rate, parts=self._parts(),
-                                  phase="copying")  # fmt: skip
+            self._progress.update(
+                self._task,
+                advance=max(0, next_offset - before),
+                copied=human_bytes(self._bytes) + rate,
+                parts=self._parts(),
+                phase="copying",
+            )
 
     def stop(self) -> None:
         self._progress.stop()

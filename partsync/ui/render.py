@@ -228,8 +228,10 @@ def plan_notes(plans: Sequence[TopicPlan]) -> list[str]:
                 if p.scan.error:
                     notes.append(f"error: {where}: the scan failed: {p.scan.error}")
                 elif p.scan.stop is not None and p.scan.stop.refused:
-                    notes.append(f"unsafe: {where}: a sync refuses the partition at offset "
-                                 f"{p.scan.stop.offset}: {p.scan.stop.reason}")  # fmt: skip
+                    notes.append(
+                        f"unsafe: {where}: a sync refuses the partition at offset "
+                        f"{p.scan.stop.offset}: {p.scan.stop.reason}"
+                    )
                 elif p.scan.stop is not None:
                     notes.append(f"waits: {where}: {p.scan.stop.reason}")
     return notes

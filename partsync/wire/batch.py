@@ -96,8 +96,21 @@ def client_header(attributes: int, record_count: int, timestamp_ms: int) -> byte
     """The header of a batch as a client writes it: base offset 0, no producer identity (the
     writer's rewrite sets it), offsets 0..record_count-1, both timestamps ``timestamp_ms``;
     BatchLength and CRC are set by ``seal``."""
-    return _HEADER.pack(0, 0, 0, 2, 0, attributes, record_count - 1, timestamp_ms, timestamp_ms,
-                        -1, -1, -1, record_count)  # fmt: skip
+    return _HEADER.pack(
+        0,
+        0,
+        0,
+        2,
+        0,
+        attributes,
+        record_count - 1,
+        timestamp_ms,
+        timestamp_ms,
+        -1,
+        -1,
+        -1,
+        record_count,
+    )
 
 
 def seal(header: bytes | memoryview, section: bytes, record_count: int) -> bytes:

@@ -252,8 +252,9 @@ def describe_record_difference(records: Mapping[str, Record | None], reference: 
         if rec.control and ref.control:
             # Markers: only their type is the source's (``Record.digest``).
             if rec.key != ref.key:
-                parts.append(f"{name}'s transaction marker is {_marker(rec)}, {reference}'s "
-                             f"{_marker(ref)}")  # fmt: skip
+                parts.append(
+                    f"{name}'s transaction marker is {_marker(rec)}, {reference}'s {_marker(ref)}"
+                )
             continue
         fields = [f for f in _FIELDS if getattr(rec, f) != getattr(ref, f)]
         if fields:

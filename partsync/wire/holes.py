@@ -62,8 +62,15 @@ def _hole_tail(key: bytes) -> bytes:
     """What every hole record under ``key`` ends with: the key, a null value (a tombstone)
     and the one header ``partsync-hole`` with a null value."""
     name = HOLE_HEADER.encode()
-    return (encode_varint(len(key)) + key + encode_varint(-1) + encode_varint(1)
-            + encode_varint(len(name)) + name + encode_varint(-1))  # fmt: skip
+    return (
+        encode_varint(len(key))
+        + key
+        + encode_varint(-1)
+        + encode_varint(1)
+        + encode_varint(len(name))
+        + name
+        + encode_varint(-1)
+    )
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -107,8 +114,11 @@ def _records_of(batch: Batch) -> list[tuple[int, int, bytes]]:
             offset=batch.base_offset,
         ) from None
     deltas = [d for d, _ts, _raw in records]
-    if (len(records) != batch.record_count or len(set(deltas)) != len(deltas)
-            or any(not 0 <= d <= batch.last_offset_delta for d in deltas)):  # fmt: skip
+    if (
+        len(records) != batch.record_count
+        or len(set(deltas)) != len(deltas)
+        or any(not 0 <= d <= batch.last_offset_delta for d in deltas)
+    ):
         raise CorruptBatchError(
             f"batch {batch.base_offset}..{batch.last_offset} declares {batch.record_count} "
             f"records for {batch.last_offset_delta + 1} offsets but holds {len(records)} at "
@@ -210,8 +220,12 @@ def hole_batch(count: int, timestamp_ms: int, key: bytes = HOLE_KEY, codec: int 
     return seal(client_header(codec, count, timestamp_ms), compress(codec, section), count)
 
 
-def is_hole(key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes | None], ...],
-            hole_key: bytes = HOLE_KEY) -> bool:  # fmt: skip
+def is_hole(
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes | None], ...],
+    hole_key: bytes = HOLE_KEY,
+) -> bool:
     """Whether a record is a hole record (``diff --level record`` treats it as the hole it
     fills)."""
     return key == hole_key and value is None and any(n == HOLE_HEADER for n, _v in headers)
@@ -272,9 +286,12 @@ def gap_batches(
 
 
 def as_filled(
-    batches: Iterator[Batch], start: int, key: bytes = HOLE_KEY, per_batch: int = 500_000,
+    batches: Iterator[Batch],
+    start: int,
+    key: bytes = HOLE_KEY,
+    per_batch: int = 500_000,
     counter: list[int] | None = None,
-) -> Iterator[Batch]:  # fmt: skip
+) -> Iterator[Batch]:
     """``batches`` (a cluster's from offset ``start``, in order) as a mirror made with
     ``--compaction-holes fill`` holds them: a gap as ``gap_batches`` stamped by ``gap_stamp``,
     a batch with holes inside as re-encoded (``fill_inner_holes``), every other batch as it
@@ -284,8 +301,7 @@ def as_filled(
     expected = start
     before: Batch | None = None
     for b in batches:
-        for at, hole in gap_batches(expected, b.base_offset, gap_stamp(before, b), key,
-                                    per_batch):  # fmt: skip
+        for at, hole in gap_batches(expected, b.base_offset, gap_stamp(before, b), key, per_batch):
             raw = bytearray(hole.data)
             struct.pack_into(">q", raw, 0, at)
             yield Batch.parse(memoryview(bytes(raw)))

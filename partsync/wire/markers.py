@@ -84,11 +84,16 @@ def describe_transactions_at(batches: Mapping[str, Batch | None], offset: int) -
             kind = marker_name(marker_type(b))
         except PartsyncError:
             kind = "control"
-        parts.append(f"{n} holds the {kind} marker of producer id {b.producer_id} (epoch "
-                     f"{b.producer_epoch}) at offset {offset}")  # fmt: skip
+        parts.append(
+            f"{n} holds the {kind} marker of producer id {b.producer_id} (epoch "
+            f"{b.producer_epoch}) at offset {offset}"
+        )
     for n, b in data.items():
-        what = (f"data of the transaction of producer id {b.producer_id} (epoch "
-                f"{b.producer_epoch})" if b.is_transactional else "data outside any transaction")  # fmt: skip
+        what = (
+            f"data of the transaction of producer id {b.producer_id} (epoch {b.producer_epoch})"
+            if b.is_transactional
+            else "data outside any transaction"
+        )
         parts.append(f"{n} holds {what} there, in batch {b.base_offset}..{b.last_offset}")
     return (
         "; ".join(parts) + ": a transaction ended at a different offset, as when a replayed "

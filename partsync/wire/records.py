@@ -167,8 +167,14 @@ def _codec_errors() -> tuple[type[BaseException], ...]:
     import snappy
     import zstandard
 
-    return (OSError, EOFError, zlib.error, RuntimeError, zstandard.ZstdError,
-            snappy.UncompressError)  # fmt: skip
+    return (
+        OSError,
+        EOFError,
+        zlib.error,
+        RuntimeError,
+        zstandard.ZstdError,
+        snappy.UncompressError,
+    )
 
 
 def decompress(codec: int, data: bytes) -> bytes:

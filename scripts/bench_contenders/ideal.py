@@ -211,8 +211,10 @@ def _fenced_ids(conn: Connection, parts: list[int]) -> dict[int, tuple[int, int]
     for p, answer in zip(parts, conn.try_init_producer_ids(ids), strict=True):
         if not isinstance(answer, tuple) or answer[0]:
             code = answer[0] if isinstance(answer, tuple) else answer
-            raise RuntimeError(f"InitProducerId for partition {p}: {code} (fenced=1 needs a "
-                               "single-node destination, its transaction coordinator)")  # fmt: skip
+            raise RuntimeError(
+                f"InitProducerId for partition {p}: {code} (fenced=1 needs a "
+                "single-node destination, its transaction coordinator)"
+            )
         out[p] = (answer[1], answer[2])
     return out
 

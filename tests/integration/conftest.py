@@ -36,8 +36,11 @@ def clusters(
     local_proxy: StrictProxy,
 ) -> Clusters:
     brokers = {"a": source_a, "b": source_b, "local": local_broker}
-    path = write_config(tmp_path_factory.mktemp("config") / "partsync.toml", brokers,
-                        addresses={"local": local_proxy.bootstrap})  # fmt: skip
+    path = write_config(
+        tmp_path_factory.mktemp("config") / "partsync.toml",
+        brokers,
+        addresses={"local": local_proxy.bootstrap},
+    )
     return Clusters(brokers, path, local_proxy)
 
 

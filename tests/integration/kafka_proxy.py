@@ -382,9 +382,20 @@ def check_produce_request(frame: bytes, *, require_acks: int | None = -1) -> Pro
 def _group_error(groups: list[str], code: int, version: int, correlation_id: int) -> bytes:
     """A DescribeGroups answer giving every group asked ``code``."""
     G = DescribeGroupsResponse.DescribedGroup
-    resp = DescribeGroupsResponse(throttle_time_ms=0, groups=[
-        G(error_code=code, group_id=g, group_state="", protocol_type="", protocol_data="",
-          members=[]) for g in groups])  # fmt: skip
+    resp = DescribeGroupsResponse(
+        throttle_time_ms=0,
+        groups=[
+            G(
+                error_code=code,
+                group_id=g,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=[],
+            )
+            for g in groups
+        ],
+    )
     resp.API_VERSION = version
     resp.with_header(correlation_id=correlation_id)
     return bytes(resp.encode(header=True))
@@ -549,8 +560,7 @@ class _Link:
         self._to_upstream: Any = (
             upstream if shape is None else _Shaped(upstream, shape, f"link-{n}-up")
         )
-        self._to_client: Any = client if shape is None else _Shaped(client, shape,
-                                                                     f"link-{n}-down")  # fmt: skip
+        self._to_client: Any = client if shape is None else _Shaped(client, shape, f"link-{n}-down")
         self.threads = [
             threading.Thread(target=self._pump_requests, name=f"proxy-{n}-requests", daemon=True),
             threading.Thread(target=self._pump_responses, name=f"proxy-{n}-responses", daemon=True),
@@ -575,8 +585,11 @@ class _Link:
                     with self._lock:
                         self._order.append(cid)
                         if step.forward is not None:
-                            self._pending[cid] = (step.header.api_key, step.header.api_version,
-                                                  step.context)  # fmt: skip
+                            self._pending[cid] = (
+                                step.header.api_key,
+                                step.header.api_version,
+                                step.context,
+                            )
                             if step.header.api_key == FETCH:
                                 self._fetches += 1
                                 self.proxy.saw_fetches_in_flight(self._fetches)
@@ -873,16 +886,23 @@ class StrictProxy:
         if header.api_name == "DescribeGroups" and (fault := self._take_group_fault()):
             version, cid = header.api_version, header.correlation_id
             req = DescribeGroupsRequest.decode(frame, version=version, header=True)
-            return _Step(header, None, answer=lambda _up: _group_error(req.groups, fault, version,
-                                                                     cid))  # fmt: skip
+            return _Step(
+                header, None, answer=lambda _up: _group_error(req.groups, fault, version, cid)
+            )
         if check is not None:
             verdict = self.kafka.on_produce(frame, header, check.batches)
             answered = check.acks != 0
             if not verdict.rejected:
                 return _Step(header, frame, answered, cut_after=self.kafka.cut_now())
             version, cid, rejected = header.api_version, header.correlation_id, verdict.rejected
-            return _Step(header, verdict.frame, answered, verdict, verdict.hold_s,
-                         lambda up: produce_answer(up, version, cid, rejected))  # fmt: skip
+            return _Step(
+                header,
+                verdict.frame,
+                answered,
+                verdict,
+                verdict.hold_s,
+                lambda up: produce_answer(up, version, cid, rejected),
+            )
         if header.api_key == FETCH:
             req = FetchRequest.decode(frame, version=header.api_version, header=True)
             with self._lock:
@@ -911,12 +931,16 @@ class StrictProxy:
         for key in dict.fromkeys((b.topic, b.partition) for b in check.batches):
             earlier = self._appending.get(key)
             if earlier is not None:
-                self.violations.append(Violation(
-                    "pipelined",
-                    f"sent while the append of correlation id {earlier[1]} for this partition "
-                    "is unanswered; if that one is rejected, this batch can land at its offset",
-                    key[0], key[1], cid,
-                ))  # fmt: skip
+                self.violations.append(
+                    Violation(
+                        "pipelined",
+                        f"sent while the append of correlation id {earlier[1]} for this partition "
+                        "is unanswered; if that one is rejected, this batch can land at its offset",
+                        key[0],
+                        key[1],
+                        cid,
+                    )
+                )
             self._appending[key] = (link, cid)  # type: ignore[assignment]
 
     def _answered(self, link: _Link | None, cid: int) -> None:
@@ -926,9 +950,13 @@ class StrictProxy:
                     del self._appending[key]
 
     def _on_response(
-        self, api_key: int, version: int, frame: bytes, link: _Link | None = None,
+        self,
+        api_key: int,
+        version: int,
+        frame: bytes,
+        link: _Link | None = None,
         context: Any = None,
-    ) -> tuple[bytes, float]:  # fmt: skip
+    ) -> tuple[bytes, float]:
         """The answer to pass on, and how long to hold it."""
         if api_key == PRODUCE:
             if context is None:
@@ -949,8 +977,11 @@ class StrictProxy:
                     self.metadata_rewritten += 1
             return new, 0.0
         if api_key in (FIND_COORDINATOR, DESCRIBE_CLUSTER):
-            rewrite = (rewrite_find_coordinator_response if api_key == FIND_COORDINATOR
-                       else rewrite_describe_cluster_response)  # fmt: skip
+            rewrite = (
+                rewrite_find_coordinator_response
+                if api_key == FIND_COORDINATOR
+                else rewrite_describe_cluster_response
+            )
             new, problem = rewrite(frame, version, self.host, self.port)
             if problem:
                 self._error(problem)

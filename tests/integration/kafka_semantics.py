@@ -133,8 +133,13 @@ class KafkaSemantics:
         """The next Produce (``api="produce"``) or Fetch of the partition gets
         NOT_LEADER_OR_FOLLOWER."""
         if api == "produce":
-            self.reject_produce(topic, partition, NOT_LEADER_OR_FOLLOWER, hold_s=0.0,
-                                message="This server is not the leader for that partition")  # fmt: skip
+            self.reject_produce(
+                topic,
+                partition,
+                NOT_LEADER_OR_FOLLOWER,
+                hold_s=0.0,
+                message="This server is not the leader for that partition",
+            )
         else:
             with self._lock:
                 self._fetch_not_leader.add((topic, partition))
@@ -245,9 +250,15 @@ class KafkaSemantics:
                 hold = max(hold, rule.hold_s)
                 self.injected[f"produce-error-{rule.code}"] += 1
             for magic_key in self._old_magic(batches):
-                rejected.setdefault(magic_key, RejectedPartition(*magic_key, INVALID_RECORD,
-                                    "Produce requests with version 3 are only allowed to contain "
-                                    "record batches with magic version 2"))  # fmt: skip
+                rejected.setdefault(
+                    magic_key,
+                    RejectedPartition(
+                        *magic_key,
+                        INVALID_RECORD,
+                        "Produce requests with version 3 are only allowed to contain "
+                        "record batches with magic version 2",
+                    ),
+                )
         if not rejected:
             return ProduceVerdict(frame)
         return ProduceVerdict(_without(frame, header, set(rejected)), list(rejected.values()), hold)

@@ -292,10 +292,22 @@ OPTIONAL_REPORT_KEYS = {"group", "group_offsets", "error"}
 # issue 36.
 TOPIC_KEYS = {"topic", "partitions", "warnings", "unreachable"}
 PARTITION_KEYS = {
-    "partition", "status", "local_end_before", "local_end_after", "target_end",
-    "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes", "seconds",
-    "holes_filled", "batches_reencoded", "open_transactions",
-}  # fmt: skip
+    "partition",
+    "status",
+    "local_end_before",
+    "local_end_after",
+    "target_end",
+    "batches",
+    "bytes",
+    "bytes_by_source",
+    "batches_by_source",
+    "reason",
+    "notes",
+    "seconds",
+    "holes_filled",
+    "batches_reencoded",
+    "open_transactions",
+}
 # "handed-over" came with group ownership and fencing (issue 5).
 # "stopped" replaced "error" for partitions a deadline or signal stopped (issue 13).
 OPEN_TXN_KEYS = {"source_producer_id", "first_offset", "local_slot", "open_until_ms"}
@@ -381,20 +393,53 @@ def check_plan(doc: Any) -> dict[tuple[str, int], dict[str, Any]]:
     assert isinstance(doc, dict) and set(doc) == {"topics"}, doc
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for t in doc["topics"]:
-        assert set(t) == {"topic", "refused", "error", "warnings", "unreachable", "grow",
-                          "partitions"}, t  # fmt: skip
+        assert set(t) == {
+            "topic",
+            "refused",
+            "error",
+            "warnings",
+            "unreachable",
+            "grow",
+            "partitions",
+        }, t
         assert t["grow"] is None or set(t["grow"]) == {"from", "to"}, t
         for p in t["partitions"]:
             assert set(p) == {
-                "topic", "partition", "condition", "local", "sources", "target_end",
-                "missing", "ranges", "reason", "bootstrap", "scan",
-            }, p  # fmt: skip
-            assert p["scan"] is None or set(p["scan"]) == {
-                "start", "end", "batches", "bytes", "holes", "holes_between_batches",
-                "holes_inside_batches", "batches_with_holes", "transactional_batches",
-                "committed", "aborted", "most_open_transactions", "open_at_end",
-                "most_held_bytes", "stop", "error",
-            } or set(p["scan"]) == {"stop", "error"}, p  # fmt: skip
+                "topic",
+                "partition",
+                "condition",
+                "local",
+                "sources",
+                "target_end",
+                "missing",
+                "ranges",
+                "reason",
+                "bootstrap",
+                "scan",
+            }, p
+            assert (
+                p["scan"] is None
+                or set(p["scan"])
+                == {
+                    "start",
+                    "end",
+                    "batches",
+                    "bytes",
+                    "holes",
+                    "holes_between_batches",
+                    "holes_inside_batches",
+                    "batches_with_holes",
+                    "transactional_batches",
+                    "committed",
+                    "aborted",
+                    "most_open_transactions",
+                    "open_at_end",
+                    "most_held_bytes",
+                    "stop",
+                    "error",
+                }
+                or set(p["scan"]) == {"stop", "error"}
+            ), p
             assert p["condition"] in {"in-sync", "behind", "unsafe", "unknown"}, p
             assert set(p["local"]) == {"log_start", "end"}, p
             for b in p["sources"].values():
@@ -467,9 +512,18 @@ def raw_batch(
     """An uncompressed v2 batch with a valid CRC; ``last_offset_delta`` may exceed
     ``len(recs) - 1`` (a compacted batch with holes)."""
     tail = _AFTER_LENGTH.pack(
-        0, 2, 0, attributes, last_offset_delta, base_timestamp,
-        base_timestamp + last_offset_delta, producer_id, producer_epoch, -1, len(recs),
-    ) + b"".join(recs)  # fmt: skip
+        0,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        base_timestamp + last_offset_delta,
+        producer_id,
+        producer_epoch,
+        -1,
+        len(recs),
+    ) + b"".join(recs)
     buf = bytearray(struct.pack(">qi", 0, len(tail)) + tail)
     struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf))
     return bytes(buf)

@@ -51,8 +51,14 @@ def _source_with_log_start(clusters: Clusters, topic: str, n: int, *, mid_batch:
         pytest.skip("source b is Tansu, which has no DeleteRecords to move its log start")
     create_topic(b.bootstrap, topic, 2)
     for p in range(2):
-        produce(b.bootstrap, topic, records(n, seed=p), partition=p, batch_size=2048,
-                compression=("lz4", "zstd")[p])  # fmt: skip
+        produce(
+            b.bootstrap,
+            topic,
+            records(n, seed=p),
+            partition=p,
+            batch_size=2048,
+            compression=("lz4", "zstd")[p],
+        )
     batches = fetch_batches(b, topic, 0)
     middle = batches[len(batches) // 2]
     start = middle.base_offset + (middle.record_count // 2 if mid_batch else 0)
@@ -146,8 +152,22 @@ def test_a_start_killed_while_filling_goes_on(clusters: Clusters, psync: Run, to
     end = bounds(b, topic, 1)[0].end
     start = 300
     # 100 filler batches of 3 records: a kill lands among them.
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", "b", "--no-group", "--json", "--filler-records", "3"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "b",
+        "--no-group",
+        "--json",
+        "--filler-records",
+        "3",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
@@ -193,9 +213,23 @@ def test_a_start_killed_while_copying_goes_on(clusters: Clusters, psync: Run, to
     start = _source_with_log_start(clusters, topic, 3000, mid_batch=True)
     create_topic(local, topic, 2)
     end = bounds(b, topic, 2)[0].end
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", "b", "--no-group", "--partitions", "0",
-            "--max-bytes-per-sec", "40000"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "b",
+        "--no-group",
+        "--partitions",
+        "0",
+        "--max-bytes-per-sec",
+        "40000",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
@@ -261,8 +295,13 @@ def test_time_lookups_on_a_mirror_started_at_the_log_start_answer_as_the_sources
     create_topic(b.bootstrap, topic, 1, segments)
     create_topic(clusters.bootstrap("local"), topic, 1, segments)
     base = int(time.time() * 1000) - 10 * 86_400_000
-    produce(b.bootstrap, topic, records(6000, seed=1, base_timestamp_ms=base, value_size=600),
-            partition=0, batch_size=16384)  # fmt: skip
+    produce(
+        b.bootstrap,
+        topic,
+        records(6000, seed=1, base_timestamp_ms=base, value_size=600),
+        partition=0,
+        batch_size=16384,
+    )
     delete_records(b.bootstrap, topic, 0, 2000)
 
     r = psync("sync", "--topic", topic, "--sources", "b", "--json")
@@ -336,8 +375,10 @@ def test_a_retention_gap_is_refused_unless_skipping_it_is_asked_for(
     assert r.code == 0, r.stdout + r.stderr
     e = by_partition(r.json, topic)[0]
     assert e["status"] == "synced" and e["local_end_after"] == 300, e
-    assert any("retention gap skipped: offsets 100..200" in n and "0..100 were deleted" in n
-               for n in e["notes"]), e["notes"]  # fmt: skip
+    assert any(
+        "retention gap skipped: offsets 100..200" in n and "0..100 were deleted" in n
+        for n in e["notes"]
+    ), e["notes"]
     got = bounds(clusters["local"], topic, 1)[0]
     served = fetch_batches(b, topic, 0, 200)[0].base_offset
     assert got.log_start == max(200, served) and got.end == 300, got

@@ -34,7 +34,10 @@ def test_a_ready_run_is_ok_and_check_writes_nothing(
     doc = r.json
     assert doc["ok"] is True and doc["problems"] == 0 and doc["exit_code"] == 0
     assert [(c["cluster"], c["role"], c["reachable"]) for c in doc["clusters"]] == [
-        ("a", "source", True), ("b", "source", True), ("local", "local", True)]  # fmt: skip
+        ("a", "source", True),
+        ("b", "source", True),
+        ("local", "local", True),
+    ]
     assert all(c["broker_version"] and c["brokers"] >= 1 for c in doc["clusters"])
 
     # Apache Kafka reports authorized operations (every one, without an authorizer); our

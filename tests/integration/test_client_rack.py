@@ -31,10 +31,14 @@ def racked_source(
     if version != KAFKA_4:
         pytest.skip("the replica selector is the broker's (Kafka 2.4+): one version suffices")
     cluster = start_kafka_cluster(
-        version, 3, data_dir=tmp_path_factory.mktemp("kafka-racks"), racks=RACKS,
-        overrides={"replica.selector.class":
-                   "org.apache.kafka.common.replica.RackAwareReplicaSelector"},
-    )  # fmt: skip
+        version,
+        3,
+        data_dir=tmp_path_factory.mktemp("kafka-racks"),
+        racks=RACKS,
+        overrides={
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+        },
+    )
     yield cluster
     cluster.stop()
 
@@ -73,11 +77,24 @@ def test_a_client_rack_fetches_from_the_replica_in_that_rack(
     follower = racked_source.node(RACKS.index(rack) + 1)
 
     cfg = _config(tmp_path, racked_source, local_broker, rack)
-    r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
-                "--create-missing", "--no-group")  # fmt: skip
+    r = run_cli(
+        "--config",
+        str(cfg),
+        "-vv",
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "src",
+        "--create-missing",
+        "--no-group",
+    )
     assert r.code == 0, r.stdout + r.stderr
-    moved = re.findall(rf"src: fetching {re.escape(topic)}-0 from replica (\d+) \(client_rack "
-                       rf"{rack}\)", r.stderr)  # fmt: skip
+    moved = re.findall(
+        rf"src: fetching {re.escape(topic)}-0 from replica (\d+) \(client_rack "
+        rf"{rack}\)",
+        r.stderr,
+    )
     assert moved == [str(follower.node_id)], r.stderr[-3000:]
     assert "back to its leader" not in r.stderr  # the follower served the copy
     assert_partitions_identical(racked_source.bootstrap, local_broker.bootstrap, topic, 1)
@@ -85,8 +102,9 @@ def test_a_client_rack_fetches_from_the_replica_in_that_rack(
     # Without a rack the leader serves: no replica is chosen.
     produce(racked_source.bootstrap, topic, records(50, seed=32), partition=0)
     cfg = _config(tmp_path, racked_source, local_broker, None)
-    r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
-                "--no-group")  # fmt: skip
+    r = run_cli(
+        "--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src", "--no-group"
+    )
     assert r.code == 0, r.stdout + r.stderr
     assert "from replica" not in r.stderr
     assert_partitions_identical(racked_source.bootstrap, local_broker.bootstrap, topic, 1)
@@ -102,8 +120,18 @@ def test_a_rack_replica_that_cannot_serve_sends_the_copy_to_the_leader(
     racked_source.kill(follower.node_id)
     try:
         cfg = _config(tmp_path, racked_source, local_broker, rack)
-        r = run_cli("--config", str(cfg), "-vv", "sync", "--topic", topic, "--sources", "src",
-                    "--create-missing", "--no-group")  # fmt: skip
+        r = run_cli(
+            "--config",
+            str(cfg),
+            "-vv",
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "src",
+            "--create-missing",
+            "--no-group",
+        )
         assert r.code == 0, r.stdout + r.stderr
         assert f"replica {follower.node_id} could not serve {topic}-0: its leader serves it" in (
             r.stderr

@@ -98,17 +98,30 @@ def _assert_filled(clusters: Clusters, topic: str, holes: set[int], key: bytes) 
 
 
 def _assert_diff_agrees(
-    psync: Run, topic: str, clusters: str, record_holes: dict[str, int],
+    psync: Run,
+    topic: str,
+    clusters: str,
+    record_holes: dict[str, int],
     batch_holes: dict[str, int],
-) -> None:  # fmt: skip
+) -> None:
     """``diff`` sees the hole records as differences unless told they fill compaction holes:
     then identical at both levels, with the hole records (record level) and the source's
     batches read as filled (batch level) counted."""
     plain = psync("diff", "--topic", topic, "--clusters", clusters, "--level", "record", "--json")
     assert plain.code == 3, plain.stdout + plain.stderr
     for level, want in (("record", record_holes), ("batch", batch_holes)):
-        r = psync("diff", "--topic", topic, "--clusters", clusters, "--level", level, "--json",
-                  "--compaction-holes", "fill")  # fmt: skip
+        r = psync(
+            "diff",
+            "--topic",
+            topic,
+            "--clusters",
+            clusters,
+            "--level",
+            level,
+            "--json",
+            "--compaction-holes",
+            "fill",
+        )
         assert r.code == 0, (level, r.stdout + r.stderr)
         p = r.json["topics"][0]["partitions"][0]
         assert p["status"] == "identical" and p["holes"] == want, (level, p)
@@ -128,8 +141,17 @@ def _assert_scan_predicts(
     assert (scan["end"], scan["holes"]) == (first_hole, 0), scan  # copied up to there
     text = psync("plan", "--topic", topic, "--sources", sources, "--scan")
     assert f"a sync refuses the partition at offset {first_hole}" in text.stderr, text.stderr
-    filled = psync("plan", "--topic", topic, "--sources", sources, "--scan", "--json",
-                   "--compaction-holes", "fill")  # fmt: skip
+    filled = psync(
+        "plan",
+        "--topic",
+        topic,
+        "--sources",
+        sources,
+        "--scan",
+        "--json",
+        "--compaction-holes",
+        "fill",
+    )
     assert filled.code == 0, filled.stdout + filled.stderr
     scan = check_plan(filled.json)[(topic, 0)]["scan"]
     assert (scan["holes"], scan["batches_with_holes"], scan["stop"]) == (holes, reencoded, None)
@@ -153,8 +175,9 @@ def test_holes_inside_batches_and_empty_batches_are_filled(
     _assert_filled(clusters, topic, holes, HOLE_KEY)
     _assert_diff_agrees(psync, topic, "a,local", {"local": len(holes)}, {"a": 2})
     # Run again: the local log's last batch is the source's, nothing to do.
-    again = psync("sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes",
-                  "fill")  # fmt: skip
+    again = psync(
+        "sync", "--topic", topic, "--sources", "a", "--json", "--compaction-holes", "fill"
+    )
     assert again.code == 0 and by_partition(again.json, topic)[0]["status"] == "in-sync"
 
 
@@ -202,8 +225,18 @@ def test_two_sources_compacted_differently_serve_one_filled_copy(
     create_topic(clusters.bootstrap("local"), topic, 1, COMPACT)
     _require_compacted_local(clusters, topic)
 
-    r = psync("sync", "--topic", topic, "--sources", "a,b", "--json", "--chunk-offsets", "5",
-              "--compaction-holes", "fill")  # fmt: skip
+    r = psync(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a,b",
+        "--json",
+        "--chunk-offsets",
+        "5",
+        "--compaction-holes",
+        "fill",
+    )
 
     assert r.code == 0, r.stdout + r.stderr
     e = by_partition(r.json, topic)[0]
@@ -244,20 +277,41 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
     batches of several codecs. The mirror holds every record the source still has at its
     offset and a hole record everywhere else."""
     source, local = broker_factory("a"), broker_factory("local")
-    create_topic(source.bootstrap, topic, 1, {**COMPACT, "segment.ms": "100",
-                 "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000"})  # fmt: skip
+    create_topic(
+        source.bootstrap,
+        topic,
+        1,
+        {
+            **COMPACT,
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "600000",
+        },
+    )
     # (keys, codec, idempotent): round 0 loses 15 records inside its batch; round 1 all of
     # its records, and Kafka keeps its batch empty (an idempotent producer's last batch);
     # round 2 all of its records, and its batch goes (a plain producer): a hole between
     # batches. Rounds 3 and 4 supersede them; round 5 rolls round 4's segment.
-    rounds = [(range(20), "lz4", True), (range(40, 45), "zstd", True),
-              (range(50, 55), "gzip", False), ([*range(10), *range(40, 45), *range(50, 55)],
-              "snappy", True), (range(10, 15), "none", True), (range(60, 65), "lz4", True)]  # fmt: skip
+    rounds = [
+        (range(20), "lz4", True),
+        (range(40, 45), "zstd", True),
+        (range(50, 55), "gzip", False),
+        ([*range(10), *range(40, 45), *range(50, 55)], "snappy", True),
+        (range(10, 15), "none", True),
+        (range(60, 65), "lz4", True),
+    ]
     for n, (keys, codec, idempotent) in enumerate(rounds):
-        recs = [Rec(key=b"key-%d" % k, value=b"round %d key %d " % (n, k) * 8,
-                    timestamp_ms=1_700_000_000_000 + 1000 * n + k) for k in keys]  # fmt: skip
-        produce(source.bootstrap, topic, recs, partition=0, compression=codec,
-                idempotent=idempotent)  # fmt: skip
+        recs = [
+            Rec(
+                key=b"key-%d" % k,
+                value=b"round %d key %d " % (n, k) * 8,
+                timestamp_ms=1_700_000_000_000 + 1000 * n + k,
+            )
+            for k in keys
+        ]
+        produce(
+            source.bootstrap, topic, recs, partition=0, compression=codec, idempotent=idempotent
+        )
         time.sleep(0.3)  # the next append rolls the segment (segment.ms)
     end, removed = sum(len(r[0]) for r in rounds), 25
     held: set[int] = set()
@@ -268,20 +322,39 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
             break
         time.sleep(0.5)
     assert len(held) == end - removed, f"Kafka's cleaner left {len(held)} of {end} records"
-    stored = [(b.base_offset, b.last_offset, b.record_count)
-              for b in fetch_batches(source, topic, 0)]  # fmt: skip
+    stored = [
+        (b.base_offset, b.last_offset, b.record_count) for b in fetch_batches(source, topic, 0)
+    ]
     # Each kind of hole, as Kafka's cleaner left it.
     assert (0, 19, 5) in stored and (20, 24, 0) in stored, stored
     assert not any(base <= 25 <= last for base, last, _n in stored), stored
     create_topic(local.bootstrap, topic, 1, COMPACT)  # default segments: not cleaned meanwhile
     config = tmp_path / "partsync.toml"
-    config.write_text(f'local = "local"\n[clusters.a]\nbootstrap_servers = ["{source.bootstrap}"]'
-                      f'\n[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n')  # fmt: skip
-    _assert_scan_predicts(lambda *a: cli("--config", str(config), *a), topic, "a",
-                          first_hole=0, holes=removed, reencoded=2)  # fmt: skip
+    config.write_text(
+        f'local = "local"\n[clusters.a]\nbootstrap_servers = ["{source.bootstrap}"]'
+        f'\n[clusters.local]\nbootstrap_servers = ["{local.bootstrap}"]\n'
+    )
+    _assert_scan_predicts(
+        lambda *a: cli("--config", str(config), *a),
+        topic,
+        "a",
+        first_hole=0,
+        holes=removed,
+        reencoded=2,
+    )
 
-    r = cli("--config", str(config), "sync", "--topic", topic, "--sources", "a", "--json",
-            "--compaction-holes", "fill")  # fmt: skip
+    r = cli(
+        "--config",
+        str(config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--json",
+        "--compaction-holes",
+        "fill",
+    )
 
     assert r.code == 0, r.stdout + r.stderr
     e = r.json["topics"][0]["partitions"][0]
@@ -296,8 +369,9 @@ def test_a_topic_kafka_compacted_is_mirrored_with_its_holes_filled(
         else:
             assert rec[3:5] == (HOLE_KEY, None) and (HOLE_HEADER, None) in rec[5], rec
     # The source's first batch and its empty one re-encoded, the removed one as a hole batch.
-    _assert_diff_agrees(lambda *a: cli("--config", str(config), *a), topic, "a,local",
-                        {"local": removed}, {"a": 3})  # fmt: skip
+    _assert_diff_agrees(
+        lambda *a: cli("--config", str(config), *a), topic, "a,local", {"local": removed}, {"a": 3}
+    )
 
 
 def test_check_says_whether_the_local_topic_can_take_hole_records(
@@ -314,8 +388,12 @@ def test_check_says_whether_the_local_topic_can_take_hole_records(
     r = psync("check", "--topic", topic, "--sources", "a", *fill)
 
     assert r.code == 1, r.stdout + r.stderr
-    found = {(f["subject"], f["need"]): f for c in r.json["clusters"] if c["cluster"] == "local"
-             for f in c["findings"]}  # fmt: skip
+    found = {
+        (f["subject"], f["need"]): f
+        for c in r.json["clusters"]
+        if c["cluster"] == "local"
+        for f in c["findings"]
+    }
     policy = found[(f"topic {topic}", "cleanup.policy")]
     assert policy["verdict"] == "missing" and "compacted local topic" in policy["detail"]
     ok = psync("check", "--topic", other, "--sources", "a", *fill)

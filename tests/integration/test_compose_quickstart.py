@@ -23,8 +23,11 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "tests" / "support" / "kafka_cli_shim.py"
-TOOLS = {"kafka-topics.sh": "topics", "kafka-get-offsets.sh": "get-offsets",
-         "kafka-console-producer.sh": "console-producer"}  # fmt: skip
+TOOLS = {
+    "kafka-topics.sh": "topics",
+    "kafka-get-offsets.sh": "get-offsets",
+    "kafka-console-producer.sh": "console-producer",
+}
 
 
 def _compose() -> dict[str, Any]:
@@ -72,8 +75,14 @@ def test_the_readme_docker_lines_create_fill_and_mirror_orders(
     env = {**os.environ, "SHIM_dc2": source_a.bootstrap, "SHIM_dc3": source_b.bootstrap}
 
     def init() -> str:
-        done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
-                              timeout=300, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -86,14 +95,26 @@ def test_the_readme_docker_lines_create_fill_and_mirror_orders(
 
     # examples/partsync.toml, at this session's addresses (dc1 through the strict proxy).
     config = (ROOT / "examples" / "partsync.toml").read_text()
-    for name, address in (("19092", local_proxy.bootstrap), ("29092", source_a.bootstrap),
-                          ("39092", source_b.bootstrap)):  # fmt: skip
+    for name, address in (
+        ("19092", local_proxy.bootstrap),
+        ("29092", source_a.bootstrap),
+        ("39092", source_b.bootstrap),
+    ):
         assert f'"localhost:{name}"' in config
         config = config.replace(f'"localhost:{name}"', f'"{address}"')
     path = tmp_path / "partsync.toml"
     path.write_text(config)
-    r = cli("--config", str(path), "sync", "--topic", topic, "--sources", "dc2,dc3",
-            "--create-missing", "--json")  # fmt: skip
+    r = cli(
+        "--config",
+        str(path),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "dc2,dc3",
+        "--create-missing",
+        "--json",
+    )
     assert r.code == 0, r.stdout + r.stderr
     assert {p: b.end for p, b in bounds(local_proxy.bootstrap, topic, 6).items()} == {
         p: b.end for p, b in spread.items()

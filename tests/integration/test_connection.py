@@ -185,12 +185,30 @@ def test_request_timeout_ms_bounds_a_broker_that_accepts_and_never_answers(tmp_p
     silent.listen(16)  # accepted by the kernel, never read
     port = silent.getsockname()[1]
     cfg = tmp_path / "partsync.toml"
-    cfg.write_text(f'[clusters.hung]\nbootstrap_servers = ["127.0.0.1:{port}"]\n'
-                   "request_timeout_ms = 300\n")  # fmt: skip
+    cfg.write_text(
+        f'[clusters.hung]\nbootstrap_servers = ["127.0.0.1:{port}"]\nrequest_timeout_ms = 300\n'
+    )
     try:
-        done = subprocess.run([sys.executable, "-m", "partsync", "--config", str(cfg), "plan",
-                               "--topic", "t", "--sources", "hung", "--local", "127.0.0.1:1"],
-                              capture_output=True, text=True, timeout=25, check=False)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "partsync",
+                "--config",
+                str(cfg),
+                "plan",
+                "--topic",
+                "t",
+                "--sources",
+                "hung",
+                "--local",
+                "127.0.0.1:1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=25,
+            check=False,
+        )
     finally:
         silent.close()
     assert done.returncode == 1, done.stderr

@@ -22,9 +22,14 @@ _BOUND_S = 300
 def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     env["TMPDIR"] = str(tmp_path)  # every temporary directory the demo makes is in here
-    return subprocess.Popen([sys.executable, "-m", "partsync", "demo", "--records", "200", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=tmp_path)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "partsync", "demo", "--records", "200", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def _refused(host: str, port: int) -> bool:

@@ -85,10 +85,16 @@ def batches_of(recs: Sequence[diffkit.R], sizes: Sequence[int], codec: str = "no
     return out
 
 
-def run(topic: str, clusters: Sequence[ClusterRef], level: Level = Level.BATCH,
-        chunk_offsets: int = 10_000, partitions: frozenset[int] | None = None) -> DiffReport:  # fmt: skip
-    req = DiffRequest((topic,), tuple(clusters), partitions,
-                      DiffOptions(level=level, chunk_offsets=chunk_offsets))  # fmt: skip
+def run(
+    topic: str,
+    clusters: Sequence[ClusterRef],
+    level: Level = Level.BATCH,
+    chunk_offsets: int = 10_000,
+    partitions: frozenset[int] | None = None,
+) -> DiffReport:
+    req = DiffRequest(
+        (topic,), tuple(clusters), partitions, DiffOptions(level=level, chunk_offsets=chunk_offsets)
+    )
     with ClusterPool() as pool:
         return diff_topics(req, pool)
 
@@ -337,8 +343,18 @@ def test_cli_exit_codes_json_table_and_html(
     put_batches(dcs["dc2"], topic, batches_of(diffkit.records(10, seed=2), [10]), partition=1)
     put_batches(dcs["dc3"], topic, batches_of(diffkit.records(10, seed=1), [10]), partition=1)
     html = tmp_path / "report.html"
-    bad = diff_cli("--topic", topic, "--clusters", "dc1,dc2,dc3", "--level", "record",
-                   "--chunk-offsets", "4", "--html", str(html))  # fmt: skip
+    bad = diff_cli(
+        "--topic",
+        topic,
+        "--clusters",
+        "dc1,dc2,dc3",
+        "--level",
+        "record",
+        "--chunk-offsets",
+        "4",
+        "--html",
+        str(html),
+    )
     assert bad.code == 3, bad.stderr
     assert "divergent" in bad.stdout and "identical" in bad.stdout
     assert "1 identical, 1 divergent" in bad.stderr
@@ -346,16 +362,18 @@ def test_cli_exit_codes_json_table_and_html(
     assert page.startswith("<!DOCTYPE html>") and "diverges at 0" in page and "dc2" in page
     assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page
 
-    jdoc = json.loads(diff_cli("--topic", topic, "--clusters", "dc1,dc2", "--json",
-                               "--partitions", "1").stdout)  # fmt: skip
+    jdoc = json.loads(
+        diff_cli("--topic", topic, "--clusters", "dc1,dc2", "--json", "--partitions", "1").stdout
+    )
     (p1,) = jdoc["topics"][0]["partitions"]
     assert (
         p1["partition"] == 1 and p1["first_divergent_offset"] == 0 and p1["disagreeing"] == ["dc2"]
     )
 
 
-def test_cli_unreachable_and_usage_errors(dcs: dict[str, Broker], topic: str,
-                                          diff_cli: Callable[..., CliResult]) -> None:  # fmt: skip
+def test_cli_unreachable_and_usage_errors(
+    dcs: dict[str, Broker], topic: str, diff_cli: Callable[..., CliResult]
+) -> None:
     create_topic(dcs["dc1"].bootstrap, topic, 1)
     down = diff_cli("--topic", topic, "--clusters", "dc1,dc9")
     assert down.code == 1

@@ -73,11 +73,24 @@ def test_cut_connections_after_produce_converge_in_one_run(
 
 
 def _sync_process(clusters: Clusters, topic: str, source: str, *args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", source, "--json", *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source,
+        "--json",
+        *args,
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)  # fmt: skip
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def _wait_for_progress(clusters: Clusters, topic: str, partitions: int, at_least: int) -> int:
@@ -116,8 +129,9 @@ def _converge(
     statuses = {p["status"] for t in doc.get("topics", []) for p in t["partitions"]}
     assert "unsafe" not in statuses, doc
     if code == 1 or rerun:
-        again = psync("sync", "--topic", topic, "--sources", source, "--json",
-                      timeout=STALL_BOUND_S)  # fmt: skip
+        again = psync(
+            "sync", "--topic", topic, "--sources", source, "--json", timeout=STALL_BOUND_S
+        )
         assert again.code == 0, again.stdout + again.stderr
 
 
@@ -199,8 +213,21 @@ def test_a_follower_rides_out_local_and_source_broker_restarts(
     a, local = clusters["a"], clusters["local"]
     create_topic(a.bootstrap, topic, 3)
     create_topic(local.bootstrap, topic, 3)
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", "a", "--follow", "--follow-wait-ms", "200"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--follow",
+        "--follow-wait-ms",
+        "200",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     log = (tmp_path / "follower.log").open("w")
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)
@@ -245,8 +272,17 @@ def test_a_diff_with_cut_connections_reads_again_and_ends_in_time(
     assert psync("sync", "--topic", topic, "--sources", "a").code == 0
     clusters.kafka.cut_after_fetch(0.15, seed=1308)
 
-    r = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", "batch", "--json",
-              timeout=STALL_BOUND_S)  # fmt: skip
+    r = psync(
+        "diff",
+        "--topic",
+        topic,
+        "--clusters",
+        "a,local",
+        "--level",
+        "batch",
+        "--json",
+        timeout=STALL_BOUND_S,
+    )
 
     assert clusters.kafka.injected["cut-after-fetch"] > 0
     doc = json.loads(r.stdout)  # one document, whatever happened

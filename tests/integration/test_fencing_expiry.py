@@ -115,14 +115,22 @@ def test_a_paused_follower_writes_nothing_after_another_took_over(
         try:
             b = Follower(config, topic, group, tmp_path / "b.log")
             produce(source.bootstrap, topic, records(100, seed=2), partition=0)
-            _wait("B's copy after A's session ran out",
-                  lambda: ends(expiring_local, topic, 1)[0] == 300, 90, b.stderr)  # fmt: skip
+            _wait(
+                "B's copy after A's session ran out",
+                lambda: ends(expiring_local, topic, 1)[0] == 300,
+                90,
+                b.stderr,
+            )
             time.sleep(3.0)  # the copied batches' producer state has expired
         finally:
             os.kill(a.proc.pid, signal.SIGCONT)
         produce(source.bootstrap, topic, records(100, seed=3), partition=0)
-        _wait("B's copy of what came while A resumed",
-              lambda: ends(expiring_local, topic, 1)[0] == 400, 60, b.stderr)  # fmt: skip
+        _wait(
+            "B's copy of what came while A resumed",
+            lambda: ends(expiring_local, topic, 1)[0] == 400,
+            60,
+            b.stderr,
+        )
         time.sleep(3.0)  # A's rounds, had it written, would have landed by now
     finally:
         for f in (a, b):

@@ -75,8 +75,11 @@ def group_proxy(group_local: Broker) -> Iterator[StrictProxy]:
 @pytest.fixture
 def config(tmp_path: Path, source_a: Broker, group_local: Broker, group_proxy: StrictProxy) -> Path:
     group_proxy.reset()
-    return write_config(tmp_path / "partsync.toml", {"a": source_a, "local": group_local},
-                        addresses={"local": group_proxy.bootstrap})  # fmt: skip
+    return write_config(
+        tmp_path / "partsync.toml",
+        {"a": source_a, "local": group_local},
+        addresses={"local": group_proxy.bootstrap},
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -107,11 +110,30 @@ class Follower:
         self.port = free_port()
         self.log = log
         argv = [
-            sys.executable, "-m", "partsync", "--config", str(config), "-v", "sync",
-            "--topic", topic, "--sources", "a", "--follow", "--group", group,
-            "--session-timeout", SESSION_S, "--follow-wait-ms", "200",
-            "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1", *extra,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "partsync",
+            "--config",
+            str(config),
+            "-v",
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--follow",
+            "--group",
+            group,
+            "--session-timeout",
+            SESSION_S,
+            "--follow-wait-ms",
+            "200",
+            "--metrics-port",
+            str(self.port),
+            "--metrics-host",
+            "127.0.0.1",
+            *extra,
+        ]
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         self._err = log.open("w")
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
@@ -261,10 +283,15 @@ def test_followers_split_a_topic_and_take_over_after_kill_9(
     def settled() -> bool:
         m = survivors[0].scrape()
         return all(
-            m.get(("partsync_partition_local_end_offset",
-                   frozenset({("topic", topic), ("partition", str(p))}))) == src_ends[p]
+            m.get(
+                (
+                    "partsync_partition_local_end_offset",
+                    frozenset({("topic", topic), ("partition", str(p))}),
+                )
+            )
+            == src_ends[p]
             for p in survivors[0].owned()
-        )  # fmt: skip
+        )
 
     _wait("the survivor's metrics to show its rounds ended", settled, 30, diag)
     m = survivors[0].scrape()
@@ -325,20 +352,36 @@ def test_followers_grow_the_local_topic_when_the_source_gains_partitions(
     create_topic(group_local.bootstrap, topic, 2)
     _fill(source_a, topic, 100, seed=5, partitions=2)
     for i in range(2):
-        followers.append(Follower(config, topic, f"g-{topic}", tmp_path / f"follower{i}.log",
-                                  "--topic-check-interval", "1"))  # fmt: skip
+        followers.append(
+            Follower(
+                config,
+                topic,
+                f"g-{topic}",
+                tmp_path / f"follower{i}.log",
+                "--topic-check-interval",
+                "1",
+            )
+        )
 
     def diag() -> str:
-        return "\n".join(f"--- follower {i} owns {f.owned()}:\n{f.stderr()[-3000:]}"
-                         for i, f in enumerate(followers))  # fmt: skip
+        return "\n".join(
+            f"--- follower {i} owns {f.owned()}:\n{f.stderr()[-3000:]}"
+            for i, f in enumerate(followers)
+        )
 
     _wait("2 followers to split 2 partitions", lambda: _split(followers, 2), 90, diag)
     add_partitions(source_a.bootstrap, topic, 4)
     _fill(source_a, topic, 150, seed=6, partitions=4)
     src_ends = ends(source_a, topic, 4)
-    _wait("the local topic to grow and the new partitions to be copied",
-          lambda: topic_partitions(group_local.bootstrap, topic) == 4
-          and ends(group_local, topic, 4) == src_ends, 90, diag)  # fmt: skip
+    _wait(
+        "the local topic to grow and the new partitions to be copied",
+        lambda: (
+            topic_partitions(group_local.bootstrap, topic) == 4
+            and ends(group_local, topic, 4) == src_ends
+        ),
+        90,
+        diag,
+    )
     _wait("2 followers to split 4 partitions", lambda: _split(followers, 4), 60, diag)
     assert assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 4) == (
         2 * 250 + 2 * 150
@@ -361,17 +404,25 @@ def test_a_follower_refuses_a_source_topic_deleted_and_created_again(
     create_topic(source_a.bootstrap, topic, 1)
     create_topic(group_local.bootstrap, topic, 1)
     _fill(source_a, topic, 100, seed=7, partitions=1)
-    f = Follower(config, topic, f"g-{topic}", tmp_path / "follower.log",
-                 "--topic-check-interval", "1")  # fmt: skip
+    f = Follower(
+        config, topic, f"g-{topic}", tmp_path / "follower.log", "--topic-check-interval", "1"
+    )
     followers.append(f)
-    _wait("the follower to catch up", lambda: ends(group_local, topic, 1) == {0: 100}, 90,
-          lambda: f.stderr()[-3000:])  # fmt: skip
+    _wait(
+        "the follower to catch up",
+        lambda: ends(group_local, topic, 1) == {0: 100},
+        90,
+        lambda: f.stderr()[-3000:],
+    )
     recreate_topic(source_a.bootstrap, topic, 1)
     _fill(source_a, topic, 300, seed=8, partitions=1)
 
-    _wait("the follower to notice the new topic id",
-          lambda: "was deleted and created again (topic id" in f.stderr(), 60,
-          lambda: f.stderr()[-3000:])  # fmt: skip
+    _wait(
+        "the follower to notice the new topic id",
+        lambda: "was deleted and created again (topic id" in f.stderr(),
+        60,
+        lambda: f.stderr()[-3000:],
+    )
 
     assert ends(group_local, topic, 1) == {0: 100}  # the old copy, untouched
     assert f.stop(signal.SIGTERM) == 3, f.stderr()[-3000:]
@@ -524,14 +575,39 @@ def test_members_of_one_job_speaking_different_group_protocols_are_refused(
     group = f"mixed-{topic}"
     # Throttled, so that the follower is still copying when the run plans: the run has work
     # and must join the group.
-    f = Follower(config, topic, group, tmp_path / "follower.log",
-                 "--group-protocol", follower_protocol, "--max-bytes-per-sec", "10000")  # fmt: skip
+    f = Follower(
+        config,
+        topic,
+        group,
+        tmp_path / "follower.log",
+        "--group-protocol",
+        follower_protocol,
+        "--max-bytes-per-sec",
+        "10000",
+    )
     followers.append(f)
-    _wait("the follower to catch up", lambda: ends(group_local, topic, 2) == {0: 50, 1: 50}, 90,
-          lambda: f.stderr()[-3000:])  # fmt: skip
+    _wait(
+        "the follower to catch up",
+        lambda: ends(group_local, topic, 2) == {0: 50, 1: 50},
+        90,
+        lambda: f.stderr()[-3000:],
+    )
     _fill(source_a, topic, 1000, seed=4, partitions=2)
-    r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a", "--group",
-                group, "--group-protocol", run_protocol, "--json", timeout=120)  # fmt: skip
+    r = run_cli(
+        "--config",
+        str(config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--group",
+        group,
+        "--group-protocol",
+        run_protocol,
+        "--json",
+        timeout=120,
+    )
     assert r.code == 1, r.stderr[-3000:]
     assert refusal in r.stderr and "same --group-protocol" in r.stderr, r.stderr[-3000:]
     doc = r.json
@@ -539,9 +615,12 @@ def test_members_of_one_job_speaking_different_group_protocols_are_refused(
     for e in by_partition(doc, topic).values():
         assert e["batches"] == 0, e
         assert e["status"] == "error" and refusal in e["reason"], e
-    _wait("the follower to copy the new records",
-          lambda: ends(group_local, topic, 2) == {0: 1050, 1: 1050}, 120,
-          lambda: f.stderr()[-3000:])  # fmt: skip
+    _wait(
+        "the follower to copy the new records",
+        lambda: ends(group_local, topic, 2) == {0: 1050, 1: 1050},
+        120,
+        lambda: f.stderr()[-3000:],
+    )
     assert f.stop(signal.SIGTERM) == 0, f.stderr()[-3000:]
     assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 2)
 
@@ -566,14 +645,26 @@ def test_a_run_never_takes_partitions_from_a_consumer_groups_consumers(
         try:
             joined = None
             for _ in range(50):  # the coordinator may still be loading
-                joined = app.consumer_group_heartbeat(group, "", 0, rebalance_timeout_ms=30_000,
-                                                      topics=[topic], owned={})  # fmt: skip
+                joined = app.consumer_group_heartbeat(
+                    group, "", 0, rebalance_timeout_ms=30_000, topics=[topic], owned={}
+                )
                 if joined.error_code == 0:
                     break
                 time.sleep(0.2)
             assert joined is not None and joined.error_code == 0, joined
-            r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
-                        "--group", group, "--json", timeout=120)  # fmt: skip
+            r = run_cli(
+                "--config",
+                str(config),
+                "sync",
+                "--topic",
+                topic,
+                "--sources",
+                "a",
+                "--group",
+                group,
+                "--json",
+                timeout=120,
+            )
             assert r.code == 1, r.stderr[-3000:]
             assert "not a partsync process" in r.stderr and "billing-app" in r.stderr, r.stderr
             assert ends(group_local, topic, 2) == {0: 0, 1: 0}

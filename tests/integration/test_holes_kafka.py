@@ -35,13 +35,15 @@ def test_filled_batches_are_stored_as_sent_by_a_compacted_kafka_topic(
     filled_empty = fill_inner_holes(Batch.parse(memoryview(empty)))
     assert filled_empty is not None
     batches += [filled_empty, hole_batch(3, TS, codec=CODECS["snappy"])]
-    create_topic(local.bootstrap, topic, len(batches),
-                 {**UNLIMITED_RETENTION, "cleanup.policy": "compact"})  # fmt: skip
+    create_topic(
+        local.bootstrap, topic, len(batches), {**UNLIMITED_RETENTION, "cleanup.policy": "compact"}
+    )
 
     with Connection(local.host, local.port, cluster="local") as conn:
         for p, raw in enumerate(batches):
-            conn.send_produce(topic, {p: rewrite_for_append(Batch.parse(memoryview(raw)),
-                                                            -1, -1, -1)}, acks=-1)  # fmt: skip
+            conn.send_produce(
+                topic, {p: rewrite_for_append(Batch.parse(memoryview(raw)), -1, -1, -1)}, acks=-1
+            )
             answer = conn.receive_produce()[p]
             assert (answer.error_code, answer.base_offset) == (0, 0), (p, answer)
 

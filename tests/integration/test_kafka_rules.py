@@ -48,8 +48,14 @@ def _sync(psync: Run, topic: str, *args: str, sources: str = "a") -> CliResult:
 
 def _many_batches(bootstrap: str, topic: str, n: int, *, seed: int, partition: int = 0) -> None:
     """``n`` records in small batches (about 20 records each)."""
-    produce(bootstrap, topic, records(n, seed=seed), partition=partition, batch_size=2048,
-            compression="lz4")  # fmt: skip
+    produce(
+        bootstrap,
+        topic,
+        records(n, seed=seed),
+        partition=partition,
+        batch_size=2048,
+        compression="lz4",
+    )
 
 
 def _via(tmp_path: Path, clusters: Clusters, cli: Run, **proxies: StrictProxy) -> Run:
@@ -243,8 +249,9 @@ def test_partitions_look_up_their_fencing_coordinators_together(
     proxy = clusters.proxy
     find0, init0 = proxy.requests["FindCoordinator"], proxy.requests["InitProducerId"]
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", "--no-group",
-              "--parallelism", "4")  # fmt: skip
+    r = psync(
+        "sync", "--topic", topic, "--sources", "a", "--json", "--no-group", "--parallelism", "4"
+    )
 
     assert r.code == 0, r.stdout + r.stderr
     assert proxy.requests["FindCoordinator"] - find0 <= 2, dict(proxy.requests)
@@ -429,9 +436,24 @@ def test_a_follow_session_renews_its_fencing_identity(
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     create_topic(a, topic, 1)
     create_topic(local, topic, 1)
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", "a", "--follow", "--no-group",
-            "--follow-wait-ms", "100", "--fencing-renew", "1"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--follow",
+        "--no-group",
+        "--follow-wait-ms",
+        "100",
+        "--fencing-renew",
+        "1",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     log = (tmp_path / "follower.log").open("w")
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)

@@ -42,9 +42,11 @@ def replicated_local(
     """A three-broker local cluster: partitions with a leader and two followers."""
     version = broker_mode.removeprefix("kafka-")
     cluster = start_kafka_cluster(
-        version, 3, data_dir=tmp_path_factory.mktemp("kafka-replicated"),
+        version,
+        3,
+        data_dir=tmp_path_factory.mktemp("kafka-replicated"),
         overrides={"transaction.state.log.min.isr": "1", "replica.lag.time.max.ms": "30000"},
-    )  # fmt: skip
+    )
     yield cluster
     cluster.stop()
 
@@ -88,8 +90,13 @@ def test_an_unreplicated_append_is_waited_for_not_appended_over(
 ) -> None:
     source = broker_factory("a")
     create_topic(source.bootstrap, topic, 1)
-    produce(source.bootstrap, topic, make_records(200, seed=1, partition=0), compression="lz4",
-            batch_size=4096)  # fmt: skip
+    produce(
+        source.bootstrap,
+        topic,
+        make_records(200, seed=1, partition=0),
+        compression="lz4",
+        batch_size=4096,
+    )
     with Cluster(_ref(replicated_local.bootstrap)) as local:
         local.create_topic(
             topic, 1, {**UNLIMITED_RETENTION, "min.insync.replicas": "1"}, replication=3
@@ -99,18 +106,25 @@ def test_an_unreplicated_append_is_waited_for_not_appended_over(
         leader = replicated_local.node(info.leaders[0])
     # A follower that is not the lowest-numbered broker (which answers partsync's InitProducerId
     # without a transactional id): only the replication is held up, nothing partsync asks.
-    follower = max((n for n in replicated_local.brokers if n is not leader),
-                   key=lambda n: n.node_id)  # fmt: skip
+    follower = max(
+        (n for n in replicated_local.brokers if n is not leader), key=lambda n: n.node_id
+    )
     # The leader first: nothing waits on the broker that will be frozen to bootstrap.
     local_bootstrap = ",".join(
         [leader.address] + [n.address for n in replicated_local.brokers if n is not leader]
     )
     config = _config(tmp_path, source, local_bootstrap)
-    first = cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
-                "--no-group", "--json")  # fmt: skip
+    first = cli(
+        "--config", str(config), "sync", "--topic", topic, "--sources", "a", "--no-group", "--json"
+    )
     assert first.code == 0, first.stderr
-    produce(source.bootstrap, topic, make_records(100, seed=2, partition=0), compression="lz4",
-            batch_size=4096)  # fmt: skip
+    produce(
+        source.bootstrap,
+        topic,
+        make_records(100, seed=2, partition=0),
+        compression="lz4",
+        batch_size=4096,
+    )
 
     # The source's next batch reaches the local leader, not every in-sync follower (one is
     # frozen), as an acks=all append that timed out, or a run killed mid-append, leaves it.
@@ -128,8 +142,18 @@ def test_an_unreplicated_append_is_waited_for_not_appended_over(
         resume.start()
         # No fencing: its InitProducerId could wait on the frozen broker (a transaction
         # coordinator) and so hide what this test is about.
-        r = cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
-                "--no-group", "--no-fencing", "--json")  # fmt: skip
+        r = cli(
+            "--config",
+            str(config),
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--no-group",
+            "--no-fencing",
+            "--json",
+        )
     finally:
         resume.cancel()
         os.kill(follower.pid, signal.SIGCONT)  # type: ignore[arg-type]
@@ -155,8 +179,13 @@ def test_the_copy_follows_a_leader_move(
 
     source = broker_factory("a")
     create_topic(source.bootstrap, topic, 1)
-    produce(source.bootstrap, topic, make_records(3000, seed=3, partition=0), compression="zstd",
-            batch_size=8192)  # fmt: skip
+    produce(
+        source.bootstrap,
+        topic,
+        make_records(3000, seed=3, partition=0),
+        compression="zstd",
+        batch_size=8192,
+    )
     config = _config(tmp_path, source, replicated_local.bootstrap)
     with Cluster(_ref(replicated_local.bootstrap)) as local:
         local.create_topic(
@@ -165,9 +194,24 @@ def test_the_copy_follows_a_leader_move(
         info = local.topic(topic, refresh=True)
         assert info is not None
         leader = info.leaders[0]
-    argv = [sys.executable, "-m", "partsync", "--config", str(config), "sync", "--topic", topic,
-            "--sources", "a", "--no-group", "--retries", "20", "--max-bytes-per-sec", "300000",
-            "--json"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--no-group",
+        "--retries",
+        "20",
+        "--max-bytes-per-sec",
+        "300000",
+        "--json",
+    ]
     run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -206,8 +250,9 @@ def test_copied_records_older_than_the_local_retention_are_reported(
     assert r.code == 0, r.stderr + r.stdout
     part = r.json["topics"][0]["partitions"][0]
     assert part["status"] == "synced" and part["local_end_after"] == 50, part
-    assert any("offsets 0 and 49" in n and "retention.ms=604800000" in n
-               for n in part["notes"]), part["notes"]  # fmt: skip
+    assert any("offsets 0 and 49" in n and "retention.ms=604800000" in n for n in part["notes"]), (
+        part["notes"]
+    )
     # As told: the test brokers check retention every second. A check may delete the first
     # segments before the rest (the active one rolls first), so wait for all of them.
     deadline = time.monotonic() + 60

@@ -28,8 +28,9 @@ def test_every_answer_waits_the_round_trip_and_every_byte_the_rate(
     source_a: Broker, topic: str
 ) -> None:
     create_topic(source_a.bootstrap, topic, 1)
-    produce(source_a.bootstrap, topic, make_records(3000, seed=1, value_size=400),
-            compression="none")  # fmt: skip
+    produce(
+        source_a.bootstrap, topic, make_records(3000, seed=1, value_size=400), compression="none"
+    )
     with StrictProxy(source_a.bootstrap, shape=LinkShape(RATE, DELAY)) as proxy:
         t0 = time.monotonic()
         conn = Connection(proxy.host, proxy.port, cluster="a")  # ApiVersions: one round trip
@@ -51,14 +52,30 @@ def test_a_sync_through_the_emulated_link_is_offset_identical(
     create_topic(source_a.bootstrap, topic, 2)
     create_topic(local_broker.bootstrap, topic, 2)
     for p in range(2):
-        produce(source_a.bootstrap, topic, make_records(400, seed=p, partition=p),
-                compression="lz4")  # fmt: skip
+        produce(
+            source_a.bootstrap, topic, make_records(400, seed=p, partition=p), compression="lz4"
+        )
     with StrictProxy(source_a.bootstrap, shape=LinkShape(RATE, DELAY)) as proxy:
-        config = write_config(tmp_path / "partsync.toml", {"a": source_a, "local": local_broker},
-                              addresses={"a": proxy.bootstrap})  # fmt: skip
-        r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
-                    "--no-group", "--connections-per-broker", "4", "--chunk-offsets", "100",
-                    "--json")  # fmt: skip
+        config = write_config(
+            tmp_path / "partsync.toml",
+            {"a": source_a, "local": local_broker},
+            addresses={"a": proxy.bootstrap},
+        )
+        r = run_cli(
+            "--config",
+            str(config),
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--no-group",
+            "--connections-per-broker",
+            "4",
+            "--chunk-offsets",
+            "100",
+            "--json",
+        )
         assert r.code == 0, r.stderr[-3000:]
         assert {p: e["local_end_after"] for p, e in by_partition(r.json, topic).items()} == {
             0: 400,
@@ -77,13 +94,32 @@ def test_one_chunk_is_cut_into_pieces_that_k_connections_fetch_several_at_a_time
     create_topic(source_a.bootstrap, topic, 1)
     create_topic(local_broker.bootstrap, topic, 1)
     # ~3 MB in 16 KB batches: about 12 pieces of at least 8 batches each.
-    produce(source_a.bootstrap, topic, make_records(7000, seed=3, value_size=400),
-            compression="none", batch_size=16 << 10)  # fmt: skip
+    produce(
+        source_a.bootstrap,
+        topic,
+        make_records(7000, seed=3, value_size=400),
+        compression="none",
+        batch_size=16 << 10,
+    )
     with StrictProxy(source_a.bootstrap, shape=LinkShape(4 * RATE, DELAY)) as proxy:
-        config = write_config(tmp_path / "partsync.toml", {"a": source_a, "local": local_broker},
-                              addresses={"a": proxy.bootstrap})  # fmt: skip
-        r = run_cli("--config", str(config), "sync", "--topic", topic, "--sources", "a",
-                    "--no-group", "--connections-per-broker", "4", "--json")  # fmt: skip
+        config = write_config(
+            tmp_path / "partsync.toml",
+            {"a": source_a, "local": local_broker},
+            addresses={"a": proxy.bootstrap},
+        )
+        r = run_cli(
+            "--config",
+            str(config),
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--no-group",
+            "--connections-per-broker",
+            "4",
+            "--json",
+        )
         assert r.code == 0, r.stderr[-3000:]
         assert by_partition(r.json, topic)[0]["local_end_after"] == 7000
         # With K=1 a one-shot run opens 3 connections to the source (bootstrap and metadata,

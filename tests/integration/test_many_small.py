@@ -52,8 +52,9 @@ def _sync(
     psync: Run, topic: str, *args: str, group: bool = False, timeout: float = 300
 ) -> CliResult:
     no_group = () if group else ("--no-group",)
-    return psync("sync", "--topic", topic, "--sources", "a", "--json", *no_group, *args,
-                 timeout=timeout)  # fmt: skip
+    return psync(
+        "sync", "--topic", topic, "--sources", "a", "--json", *no_group, *args, timeout=timeout
+    )
 
 
 @pytest.mark.parametrize("group", [False, True], ids=["no-group", "group"])

@@ -30,11 +30,19 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
     """Commit offsets for ``group`` as its consumer would (with a metadata string)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "log_level": 3,
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        c.commit(offsets=[TopicPartition(topic, p, o, metadata=f"m{p}")
-                          for p, o in offsets.items()], asynchronous=False)  # fmt: skip
+        c.commit(
+            offsets=[TopicPartition(topic, p, o, metadata=f"m{p}") for p, o in offsets.items()],
+            asynchronous=False,
+        )
     finally:
         c.close()
 
@@ -43,8 +51,13 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
 def _consumer(bootstrap: str, group: str, topic: str, protocol: str = "classic") -> Iterator[Any]:
     from confluent_kafka import Consumer
 
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
-            "auto.offset.reset": "earliest", "enable.auto.commit": False}  # fmt: skip
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "log_level": 3,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
     if protocol == "consumer":  # KIP-848: the session timeout is the broker's
         conf["group.protocol"] = "consumer"
     else:
@@ -73,8 +86,14 @@ def _first_records(bootstrap: str, group: str, topic: str, partitions: int) -> d
 def _record_at(bootstrap: str, topic: str, partition: int, offset: int) -> Any:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "partsync-check", "log_level": 3,
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "partsync-check",
+            "log_level": 3,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         c.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + 30
@@ -112,8 +131,13 @@ def test_a_group_resumes_on_the_local_cluster_at_the_exact_next_record(
     assert g["group"] == group and g["status"] == "copied", g
     got = {p["partition"]: p for p in g["partitions"]}
     for p, o in committed.items():
-        assert got[p] == {"topic": topic, "partition": p, "source_offset": o,
-                          "local_offset": o, "status": "copied"}  # fmt: skip
+        assert got[p] == {
+            "topic": topic,
+            "partition": p,
+            "source_offset": o,
+            "local_offset": o,
+            "status": "copied",
+        }
     produce(clusters.bootstrap("a"), topic, records(5, seed=9), partition=2)
     assert psync("sync", "--topic", topic, "--sources", "a").code == 0
     first = _first_records(clusters.bootstrap("local"), group, topic, 3)
@@ -205,8 +229,14 @@ def test_a_group_with_live_members_on_the_local_cluster_is_refused(
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "log_level": 3,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     finally:
@@ -223,10 +253,27 @@ def test_a_follower_keeps_a_groups_commits_current_on_the_local_cluster(
     a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
     out = (tmp_path / "follow.json").open("w")
     log = (tmp_path / "follow.log").open("w")
-    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-            "--topic", topic, "--sources", "a", "--follow", "--no-group", "--json",
-            "--follow-wait-ms", "200", "--sync-groups", group,
-            "--sync-groups-interval", "0.5"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--follow",
+        "--no-group",
+        "--json",
+        "--follow-wait-ms",
+        "200",
+        "--sync-groups",
+        group,
+        "--sync-groups-interval",
+        "0.5",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     proc = subprocess.Popen(argv, stdout=out, stderr=log, env=env)
     try:

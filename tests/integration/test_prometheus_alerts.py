@@ -66,23 +66,29 @@ class Prometheus:
     def __init__(self, tmp: Path, target: str, rules: Path) -> None:
         assert PROMETHEUS is not None
         cfg = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
-                       "evaluation_interval": "1s"},
+            "global": {
+                "scrape_interval": "1s",
+                "scrape_timeout": "900ms",
+                "evaluation_interval": "1s",
+            },
             "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": "partsync",
-                                "static_configs": [{"targets": [target]}]}],
-        }  # fmt: skip
+            "scrape_configs": [{"job_name": "partsync", "static_configs": [{"targets": [target]}]}],
+        }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         self.log = tmp / "prometheus.log"
         for _attempt in range(5):  # the port was free a moment ago: another try if taken
             self.port = free_port()
             with self.log.open("w") as out:
                 self.proc = subprocess.Popen(
-                    [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp / 'data'}",
-                     f"--web.listen-address=127.0.0.1:{self.port}"],
-                    stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
+                    [
+                        PROMETHEUS,
+                        f"--config.file={tmp / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={tmp / 'data'}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
             if _wait("prometheus to start", self._started, 60, self.diag) == "ready":
                 return
             self.proc.wait(10)
@@ -106,8 +112,11 @@ class Prometheus:
         return json.loads(body)["data"]
 
     def firing(self) -> dict[str, dict[str, Any]]:
-        return {a["labels"]["alertname"]: a for a in self.api("alerts")["alerts"]
-                if a["state"] == "firing"}  # fmt: skip
+        return {
+            a["labels"]["alertname"]: a
+            for a in self.api("alerts")["alerts"]
+            if a["state"] == "firing"
+        }
 
     def target_health(self) -> str:
         targets = self.api("targets")["activeTargets"]
@@ -142,11 +151,27 @@ class GrouplessFollower(Follower):
         self.port = free_port()
         self.log = log
         argv = [
-            sys.executable, "-m", "partsync", "--config", str(cfg), "-v", "sync",
-            "--topic", topic, "--sources", "a", "--follow", "--no-group",
-            "--follow-wait-ms", "200", "--metrics-port", str(self.port),
-            "--metrics-host", "127.0.0.1", *extra,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "partsync",
+            "--config",
+            str(cfg),
+            "-v",
+            "sync",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--follow",
+            "--no-group",
+            "--follow-wait-ms",
+            "200",
+            "--metrics-port",
+            str(self.port),
+            "--metrics-host",
+            "127.0.0.1",
+            *extra,
+        ]
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         self._err = log.open("w")
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
@@ -177,10 +202,14 @@ def test_prometheus_scraping_a_follower_fires_the_shipped_alerts_when_it_stops_w
     tmp_path: Path,
 ) -> None:
     create_topic(source_a.bootstrap, topic, 1)
-    produce(source_a.bootstrap, topic, make_records(50, seed=1, partition=0,
-                                                    base_timestamp_ms=BASE_TIMESTAMP_MS))  # fmt: skip
-    follower = GrouplessFollower(config, topic, tmp_path / "follower.log",
-                                 "--create-missing", "--max-bytes-per-sec", "20000")  # fmt: skip
+    produce(
+        source_a.bootstrap,
+        topic,
+        make_records(50, seed=1, partition=0, base_timestamp_ms=BASE_TIMESTAMP_MS),
+    )
+    follower = GrouplessFollower(
+        config, topic, tmp_path / "follower.log", "--create-missing", "--max-bytes-per-sec", "20000"
+    )
     procs.append(follower)
     base = f"http://127.0.0.1:{follower.port}"
 
@@ -191,41 +220,70 @@ def test_prometheus_scraping_a_follower_fires_the_shipped_alerts_when_it_stops_w
             return None
         return next((v for (n, labels), v in m.items() if n == name), None)
 
-    _wait("the follower to be ready", lambda: _get(f"{base}/readyz") == (200, "ok\n"), 90,
-          follower.stderr)  # fmt: skip
+    _wait(
+        "the follower to be ready",
+        lambda: _get(f"{base}/readyz") == (200, "ok\n"),
+        90,
+        follower.stderr,
+    )
     assert _get(f"{base}/healthz") == (200, "ok\n")
     # A batch the follower's long poll sees arrive and copies: the mirror's newest timestamp
     # is known from then on (1 s after the first data).
-    produce(source_a.bootstrap, topic, make_records(10, seed=2, partition=0,
-                                                    base_timestamp_ms=BASE_TIMESTAMP_MS + 1000))  # fmt: skip
-    _wait("the follower to copy it (lag 0 s)",
-          lambda: lag("partsync_partition_local_end_offset") == 60
-          and lag("partsync_partition_lag_seconds") == 0, 60, follower.stderr)  # fmt: skip
+    produce(
+        source_a.bootstrap,
+        topic,
+        make_records(10, seed=2, partition=0, base_timestamp_ms=BASE_TIMESTAMP_MS + 1000),
+    )
+    _wait(
+        "the follower to copy it (lag 0 s)",
+        lambda: (
+            lag("partsync_partition_local_end_offset") == 60
+            and lag("partsync_partition_lag_seconds") == 0
+        ),
+        60,
+        follower.stderr,
+    )
 
     prom = Prometheus(tmp_path, f"127.0.0.1:{follower.port}", short_for_rules(tmp_path / "r.yml"))
     procs.append(prom)
     _wait("prometheus to scrape the follower", lambda: prom.target_health() == "up", 60, prom.diag)
-    _wait("the rules to be evaluated with the follower's data",
-          lambda: prom.api("query?query=partsync_partition_owned")["result"], 30, prom.diag)  # fmt: skip
+    _wait(
+        "the rules to be evaluated with the follower's data",
+        lambda: prom.api("query?query=partsync_partition_owned")["result"],
+        30,
+        prom.diag,
+    )
     assert not prom.firing(), prom.firing()
 
     # Stopped while the source grows, by more than the rule's 10000 records, stamped an hour on.
     follower.proc.send_signal(signal.SIGSTOP)
-    produce(source_a.bootstrap, topic, make_records(15_000, seed=3, partition=0,
-                                                    base_timestamp_ms=BASE_TIMESTAMP_MS + HOUR_MS),
-            compression="lz4")  # fmt: skip
-    unwatched = _wait("PartsyncPartitionUnwatched to fire",
-                      lambda: prom.firing().get("PartsyncPartitionUnwatched"), 60, prom.diag)  # fmt: skip
+    produce(
+        source_a.bootstrap,
+        topic,
+        make_records(15_000, seed=3, partition=0, base_timestamp_ms=BASE_TIMESTAMP_MS + HOUR_MS),
+        compression="lz4",
+    )
+    unwatched = _wait(
+        "PartsyncPartitionUnwatched to fire",
+        lambda: prom.firing().get("PartsyncPartitionUnwatched"),
+        60,
+        prom.diag,
+    )
     assert unwatched["labels"]["topic"] == topic and unwatched["labels"]["partition"] == "0"
     assert prom.target_health() == "down"
     # Its series are stale: no lag alert can fire from a process that does not answer.
     assert not {"PartsyncLagRecordsHigh", "PartsyncLagSecondsHigh"} & set(prom.firing())
 
     follower.proc.send_signal(signal.SIGCONT)
-    firing = _wait("the lag alerts to fire",
-                   lambda: (f := prom.firing()).keys() >= {"PartsyncLagRecordsHigh",
-                                                          "PartsyncLagSecondsHigh"} and f,
-                   60, lambda: prom.diag() + follower.stderr())  # fmt: skip
+    firing = _wait(
+        "the lag alerts to fire",
+        lambda: (
+            (f := prom.firing()).keys() >= {"PartsyncLagRecordsHigh", "PartsyncLagSecondsHigh"}
+            and f
+        ),
+        60,
+        lambda: prom.diag() + follower.stderr(),
+    )
     records = firing["PartsyncLagRecordsHigh"]
     assert records["labels"]["topic"] == topic and 10_000 < float(records["value"]) <= 15_000
     # Newest seen on the source (stamped an hour on, the batch the poll got: Kafka answers with

@@ -40,19 +40,30 @@ def test_a_spare_follower_with_no_partition_is_ready_and_live(
 
     # The first creates the local topic (two creating it at once: one would fail) and takes
     # the partition; the second joins then.
-    followers.append(Follower(config, topic, f"health-{topic}", tmp_path / "f0.log",
-                              "--create-missing"))  # fmt: skip
+    followers.append(
+        Follower(config, topic, f"health-{topic}", tmp_path / "f0.log", "--create-missing")
+    )
 
     _wait("the first to own the partition", lambda: followers[0].owned() == {0}, 90, diag)
     followers.append(Follower(config, topic, f"health-{topic}", tmp_path / "f1.log"))
     # Both run and the partition is owned by exactly one of them: the other is the spare.
-    _wait("one follower to own the partition, the other nothing",
-          lambda: all(f.proc.poll() is None for f in followers)
-          and sorted(len(f.owned()) for f in followers) == [0, 1], 90, diag)  # fmt: skip
+    _wait(
+        "one follower to own the partition, the other nothing",
+        lambda: (
+            all(f.proc.poll() is None for f in followers)
+            and sorted(len(f.owned()) for f in followers) == [0, 1]
+        ),
+        90,
+        diag,
+    )
     for f in followers:
         base = f"http://127.0.0.1:{f.port}"
-        _wait("every follower to be ready", lambda b=base: _get(f"{b}/readyz") == (200, "ok\n"),
-              60, diag)  # fmt: skip
+        _wait(
+            "every follower to be ready",
+            lambda b=base: _get(f"{b}/readyz") == (200, "ok\n"),
+            60,
+            diag,
+        )
         assert f.proc.poll() is None, f.stderr()
         assert _get(f"{base}/healthz") == (200, "ok\n")
     for f in followers:

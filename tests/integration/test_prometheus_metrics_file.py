@@ -24,8 +24,17 @@ def test_an_unwritable_metrics_file_stops_the_run_before_anything_is_copied(
     data.create_topic(source_a.bootstrap, topic, 2)
     for p in range(2):
         data.produce(source_a.bootstrap, topic, data.make_records(200, seed=p, partition=p))
-    args = ("sync", "--topic", topic, "--sources", source_a.bootstrap,
-            "--local", local_proxy.bootstrap, "--create-missing", "--json")  # fmt: skip
+    args = (
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        source_a.bootstrap,
+        "--local",
+        local_proxy.bootstrap,
+        "--create-missing",
+        "--json",
+    )
 
     res = cli(*args, "--metrics-file", UNWRITABLE)
 

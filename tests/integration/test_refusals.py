@@ -203,8 +203,9 @@ def test_records_older_than_the_local_topics_before_max_ms(
     old = _now_ms() - 30 * _DAY_MS
     produce(a, topic, records(40, seed=2, base_timestamp_ms=old), partition=0)
 
-    _stop_then_refuse(clusters, psync, topic, "a", 60,
-                      "message.timestamp.before.max.ms=86400000", "offset 60")  # fmt: skip
+    _stop_then_refuse(
+        clusters, psync, topic, "a", 60, "message.timestamp.before.max.ms=86400000", "offset 60"
+    )
 
 
 def test_records_from_the_future_beyond_the_local_topics_after_max_ms(
@@ -347,9 +348,14 @@ def test_source_log_start_beyond_local_end_with_no_other_holder(
 
 
 def _stop_then_refuse(
-    clusters: Clusters, psync: Run, topic: str, source: str, at: int, *named: str,
+    clusters: Clusters,
+    psync: Run,
+    topic: str,
+    source: str,
+    at: int,
+    *named: str,
     args: tuple[str, ...] = (),
-) -> None:  # fmt: skip
+) -> None:
     """The first sync copies up to ``at`` and stops there; a second one writes nothing."""
     r = _sync(psync, topic, source, *args)
     e = by_partition(r.json, topic)[0]
@@ -404,8 +410,17 @@ def test_control_batch_at_the_next_offset(clusters: Clusters, psync: Run, topic:
     produce(a, topic, records(30, seed=2), partition=0)
 
     # Replayed (the default), the marker would be the local coordinator's, at offset 30.
-    _stop_then_refuse(clusters, psync, topic, "a", 30, "cluster a", "offset 30", "control batch",
-                      args=("--transactions", "refuse"))  # fmt: skip
+    _stop_then_refuse(
+        clusters,
+        psync,
+        topic,
+        "a",
+        30,
+        "cluster a",
+        "offset 30",
+        "control batch",
+        args=("--transactions", "refuse"),
+    )
 
 
 @pytest.mark.parametrize("source", ["a", "b"])
@@ -584,8 +599,9 @@ def _lat_source(clusters: Clusters, topic: str) -> tuple[str, int, str] | None:
         src = clusters.bootstrap(name)
         create_topic(src, topic, 1)
         produce(src, topic, records(40, seed=1), partition=0)
-        stamped = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in range(3)], 2,
-                            attributes=0x08)  # fmt: skip
+        stamped = raw_batch(
+            [raw_record(d, b"k%d" % d, b"v%d" % d) for d in range(3)], 2, attributes=0x08
+        )
         assert produce_raw(clusters[name], topic, 0, stamped) == 40
         produce(src, topic, records(40, seed=2), partition=0)
         stored = [b for b in fetch_batches(clusters[name], topic, 0) if b.log_append_time]

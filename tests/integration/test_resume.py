@@ -56,10 +56,24 @@ def _kill_mid_copy(clusters: Clusters, topic: str, target: dict[int, int]) -> di
     """Start a sync, SIGKILL it once a third of the records are copied; return the local ends
     once in-flight appends have settled."""
     argv = [
-        sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync",
-        "--topic", topic, "--sources", "a", "--parallelism", "1",
-        "--max-in-flight-bytes", str(1 << 16), "--chunk-offsets", "500", *NO_GROUP,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "partsync",
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--parallelism",
+        "1",
+        "--max-in-flight-bytes",
+        str(1 << 16),
+        "--chunk-offsets",
+        "500",
+        *NO_GROUP,
+    ]
     total = sum(target.values())
     env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) as proc:

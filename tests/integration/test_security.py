@@ -41,8 +41,9 @@ def _grant(bootstrap: str) -> None:
 
     def acl(user: str, op: Any, rtype: Any, name: str, prefixed: bool = True) -> Any:
         kind = ACLResourcePatternType.PREFIXED if prefixed else ACLResourcePatternType.LITERAL
-        return ACL(f"User:{user}", "*", op, ACLPermissionType.ALLOW,
-                   ResourcePattern(rtype, name, kind))  # fmt: skip
+        return ACL(
+            f"User:{user}", "*", op, ACLPermissionType.ALLOW, ResourcePattern(rtype, name, kind)
+        )
 
     acls = [
         acl("alice", ACLOperation.ALL, ResourceType.TOPIC, PREFIX),
@@ -62,8 +63,9 @@ def _grant(bootstrap: str) -> None:
 @pytest.fixture(scope="module")
 def secured(broker_mode: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     version = broker_mode.removeprefix("kafka-")
-    cluster = start_kafka_cluster(version, 1, data_dir=tmp_path_factory.mktemp("kafka-sasl"),
-                                  sasl=SaslSetup(PASSWORDS))  # fmt: skip
+    cluster = start_kafka_cluster(
+        version, 1, data_dir=tmp_path_factory.mktemp("kafka-sasl"), sasl=SaslSetup(PASSWORDS)
+    )
     try:
         _grant(cluster.bootstrap)
         yield cluster
@@ -75,8 +77,11 @@ def _config(tmp_path: Path, source: Broker, secured: KafkaCluster, user: str, me
     """A config naming source ``a`` and the secured local cluster ``sec``, with ``user``'s
     password from $SEC_PASSWORD (OAUTHBEARER: ``user`` is a token file)."""
     path = tmp_path / f"partsync-{Path(user).name}-{mech}.toml"
-    login = (f'sasl_oauthbearer_token_file = "{user}"\n' if mech == "OAUTHBEARER" else
-             f'sasl_plain_username = "{user}"\nsasl_plain_password_env = "SEC_PASSWORD"\n')  # fmt: skip
+    login = (
+        f'sasl_oauthbearer_token_file = "{user}"\n'
+        if mech == "OAUTHBEARER"
+        else f'sasl_plain_username = "{user}"\nsasl_plain_password_env = "SEC_PASSWORD"\n'
+    )
     path.write_text(
         'local = "sec"\n'
         f'[clusters.a]\nbootstrap_servers = ["{source.bootstrap}"]\n'
@@ -118,8 +123,13 @@ def _topic(secured: KafkaCluster, source: Broker, topic: str, counts: tuple[int,
     name = PREFIX + topic
     create_topic(source.bootstrap, name, len(counts))
     for p, n in enumerate(counts):
-        produce(source.bootstrap, name, records(n, seed=11 + p), partition=p,
-                compression="lz4" if p else "none")  # fmt: skip
+        produce(
+            source.bootstrap,
+            name,
+            records(n, seed=11 + p),
+            partition=p,
+            compression="lz4" if p else "none",
+        )
     create_topic(secured.bootstrap, name, len(counts))
     return name
 
@@ -138,8 +148,12 @@ def test_a_user_with_the_rights_checks_ok_and_syncs_over_sasl(
         assert sec[(f"topic {name}", need)]["verdict"] == "ok", sec
     # WRITE on the transactional id: from the ACLs, which alice may read.
     tid = f"transactional id partsync:{name}:0"
-    assert sec[(tid, "WRITE")] == {"subject": tid, "need": "WRITE", "verdict": "ok",
-                                   "detail": "fencing (InitProducerId)"}  # fmt: skip
+    assert sec[(tid, "WRITE")] == {
+        "subject": tid,
+        "need": "WRITE",
+        "verdict": "ok",
+        "detail": "fencing (InitProducerId)",
+    }
     assert sec[(f"group partsync.{name}", "READ")]["verdict"] == "ok"
 
     r = _run(scram, PASSWORDS["alice"], "-vv", "sync", "--topic", name, "--sources", "a")
@@ -174,8 +188,7 @@ def test_check_names_what_a_user_lacks_and_sync_writes_nothing(
     r = _run(cfg, PASSWORDS["bob"], "check", "--topic", name, "--sources", "a")
     assert r.code == 1 and "not ready: " in r.stderr and "MISSING" in r.stdout
 
-    r = _run(cfg, PASSWORDS["bob"], "-vv", "sync", "--topic", name, "--sources", "a",
-             "--no-group")  # fmt: skip
+    r = _run(cfg, PASSWORDS["bob"], "-vv", "sync", "--topic", name, "--sources", "a", "--no-group")
     assert r.code != 0, r.stdout + r.stderr
     assert ends(secured.bootstrap, name, 1) == {0: 0}
 
@@ -184,8 +197,7 @@ def test_a_wrong_password_is_an_unreachable_cluster_named_without_the_password(
     secured: KafkaCluster, source_a: Broker, tmp_path: Path, topic: str
 ) -> None:
     cfg = _config(tmp_path, source_a, secured, "alice", "SCRAM-SHA-256")
-    r = _run(cfg, PASSWORDS["bob"], "check", "--topic", PREFIX + topic, "--sources", "a",
-             "--json")  # fmt: skip
+    r = _run(cfg, PASSWORDS["bob"], "check", "--topic", PREFIX + topic, "--sources", "a", "--json")
     assert r.code == 1, r.stdout + r.stderr
     (sec,) = [c for c in r.json["clusters"] if c["cluster"] == "sec"]
     assert sec["reachable"] is False
@@ -231,8 +243,11 @@ def test_a_connection_is_retired_before_its_oauth_session_ends(
     token = tmp_path / "short-token"
     token.write_text(SaslSetup.unsigned_jwt("alice", lifetime_s=4))
     host, port = secured.sasl_bootstrap.split(",")[0].rsplit(":", 1)
-    sec = Security(security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
-                   sasl_oauthbearer_token_file=str(token))  # fmt: skip
+    sec = Security(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauthbearer_token_file=str(token),
+    )
     with Cluster(ClusterRef("sec", ((host, int(port)),), security=sec)) as c:
         node = min(c.metadata().brokers)
         first = c.broker_conn(node)

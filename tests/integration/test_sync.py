@@ -132,8 +132,16 @@ def test_the_local_cluster_given_as_a_bootstrap_list(
     produce(clusters.bootstrap("a"), topic, records(50, seed=1), partition=0)
     down = f"127.0.0.1:{free_port()}"  # nothing listens there
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json",
-              "--local", f"{down},{clusters.bootstrap('local')}")  # fmt: skip
+    r = psync(
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--json",
+        "--local",
+        f"{down},{clusters.bootstrap('local')}",
+    )
 
     assert r.code == 0, r.stdout + r.stderr
     assert by_partition(r.json, topic)[0]["local_end_after"] == 50
@@ -361,10 +369,22 @@ def test_json_report_schema(clusters: Clusters, psync: Run, topic: str, broker_m
             # "holes_filled" and "batches_reencoded" came with issue 17 (--compaction-holes),
             # "open_transactions" with issue 36 (transactions left open for the next run).
             assert set(p) == {
-                "partition", "status", "local_end_before", "local_end_after", "target_end",
-                "batches", "bytes", "bytes_by_source", "batches_by_source", "reason", "notes",
-                "seconds", "holes_filled", "batches_reencoded", "open_transactions",
-            }  # fmt: skip
+                "partition",
+                "status",
+                "local_end_before",
+                "local_end_after",
+                "target_end",
+                "batches",
+                "bytes",
+                "bytes_by_source",
+                "batches_by_source",
+                "reason",
+                "notes",
+                "seconds",
+                "holes_filled",
+                "batches_reencoded",
+                "open_transactions",
+            }
     entries = check_report(doc)
     assert {k: e["status"] for k, e in entries.items()} == {
         (topic, 0): "synced",

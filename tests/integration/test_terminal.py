@@ -35,8 +35,14 @@ def run_in_terminal(*args: str, columns: int = 80, timeout: float = 120) -> tupl
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
     env["TERM"] = "xterm-256color"
     env.pop("PARTSYNC_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "partsync", *args], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, env=env, close_fds=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "partsync", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
     os.close(slave)
     out = bytearray()
     deadline = time.monotonic() + timeout
@@ -149,14 +155,29 @@ def test_the_progress_bar_moves_and_its_time_left_counts_down(
     for p in range(3):
         produce(a, topic, records(30_000, seed=p), partition=p)
     limit = 1_000_000  # about 13 s: appends seconds apart, the time left counting down between
-    code, screen = run_in_terminal("--config", str(clusters.config), "sync", "--topic", topic,
-                                   "--sources", "a", "--no-group",
-                                   "--max-bytes-per-sec", str(limit))  # fmt: skip
+    code, screen = run_in_terminal(
+        "--config",
+        str(clusters.config),
+        "sync",
+        "--topic",
+        topic,
+        "--sources",
+        "a",
+        "--no-group",
+        "--max-bytes-per-sec",
+        str(limit),
+    )
     assert code == 0, screen
     lines = _visible(screen)
-    frames = [(int(m.group(1).replace(",", "")), m.group(4), m.group(2) and float(m.group(2))
-               * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[m.group(3)])
-              for line in lines if (m := _SHOWN.search(line))]  # fmt: skip
+    frames = [
+        (
+            int(m.group(1).replace(",", "")),
+            m.group(4),
+            m.group(2) and float(m.group(2)) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[m.group(3)],
+        )
+        for line in lines
+        if (m := _SHOWN.search(line))
+    ]
     shown = "\n".join(line for line in lines if "copying" in line)
     assert len({done for done, _, _ in frames}) >= 3, shown  # the bar moved
     # Between two appends (same offsets copied), the time left went down.
@@ -164,7 +185,8 @@ def test_the_progress_bar_moves_and_its_time_left_counts_down(
     for done, left, _ in frames:
         if left != "-:--:--":
             ticks.setdefault(done, []).append(left)
-    assert any(len(set(seen)) > 1 and seen == sorted(seen, reverse=True)
-               for seen in ticks.values()), shown  # fmt: skip
+    assert any(
+        len(set(seen)) > 1 and seen == sorted(seen, reverse=True) for seen in ticks.values()
+    ), shown
     rates = [rate for _, _, rate in frames if rate]
     assert rates and max(rates) <= 2 * limit, shown

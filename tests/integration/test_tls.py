@@ -40,15 +40,17 @@ def tls_local(
     keystore = pki.dir / "broker-keystore.pem"
     keystore.write_bytes(server.key.read_bytes() + server.cert.read_bytes())
     version = broker_mode.removeprefix("kafka-")
-    cluster = start_kafka_cluster(version, 1, data_dir=tmp_path_factory.mktemp("kafka-tls"),
-                                  tls=TlsSetup(keystore, pki.cert))  # fmt: skip
+    cluster = start_kafka_cluster(
+        version, 1, data_dir=tmp_path_factory.mktemp("kafka-tls"), tls=TlsSetup(keystore, pki.cert)
+    )
     yield cluster
     cluster.stop()
 
 
 def _config(tmp_path: Path, source: str, local: str, tls: dict[str, Any]) -> Path:
-    lines = [f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {str(v).lower()}"
-             for k, v in tls.items()]  # fmt: skip
+    lines = [
+        f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {str(v).lower()}" for k, v in tls.items()
+    ]
     path = tmp_path / "partsync.toml"
     path.write_text(
         'local = "dc1"\n'
@@ -63,8 +65,12 @@ def _config(tmp_path: Path, source: str, local: str, tls: dict[str, Any]) -> Pat
 def _client(pki: TestCA, tmp_path: Path) -> dict[str, Any]:
     client = pki.issue("partsync-client", client=True, password=KEY_PASSWORD)
     (tmp_path / "key-password").write_text(KEY_PASSWORD + "\n")
-    return {"ssl_cafile": str(pki.cert), "ssl_certfile": str(client.cert),
-            "ssl_keyfile": str(client.key), "ssl_password_file": str(tmp_path / "key-password")}  # fmt: skip
+    return {
+        "ssl_cafile": str(pki.cert),
+        "ssl_certfile": str(client.cert),
+        "ssl_keyfile": str(client.key),
+        "ssl_password_file": str(tmp_path / "key-password"),
+    }
 
 
 def _run(cfg: Path, *args: str) -> CliResult:

@@ -29,8 +29,14 @@ Run = Callable[..., CliResult]
 
 def _fill(bootstrap: str, topic: str, partitions: range, n: int, seed: int) -> None:
     for p in partitions:
-        produce(bootstrap, topic, records(n, seed=seed + p), partition=p, batch_size=2048,
-                compression=("lz4", "zstd", "gzip", "none")[p % 4])  # fmt: skip
+        produce(
+            bootstrap,
+            topic,
+            records(n, seed=seed + p),
+            partition=p,
+            batch_size=2048,
+            compression=("lz4", "zstd", "gzip", "none")[p % 4],
+        )
 
 
 def test_sources_that_gained_partitions_grow_the_local_topic(

@@ -19,21 +19,51 @@ def test_patterns_and_exclusions_select_the_sources_topics(
 ) -> None:
     a, b, local = (clusters.bootstrap(n) for n in ("a", "b", "local"))
     # x1 on source a only, x2 on source b only, dlq and y on a: a pattern sees every source.
-    for name, where in ((f"{topic}.x1", a), (f"{topic}.x2", b), (f"{topic}.x1.dlq", a),
-                        (f"{topic}.y", a)):  # fmt: skip
+    for name, where in (
+        (f"{topic}.x1", a),
+        (f"{topic}.x2", b),
+        (f"{topic}.x1.dlq", a),
+        (f"{topic}.y", a),
+    ):
         create_topic(where, name, 1)
         produce(where, name, records(5, seed=1), partition=0)
     pattern = f"{topic}\\.x.*"
-    r = psync("plan", "--topic-pattern", pattern, "--exclude", r".*\.dlq", "--sources", "a,b",
-              "--create-missing")  # fmt: skip
+    r = psync(
+        "plan",
+        "--topic-pattern",
+        pattern,
+        "--exclude",
+        r".*\.dlq",
+        "--sources",
+        "a,b",
+        "--create-missing",
+    )
     assert r.code == 0, r.stdout + r.stderr
     assert f"topics: {topic}.x1, {topic}.x2 (selected by" in r.stderr
-    r = psync("plan", "--topic-pattern", pattern, "--exclude", r".*\.dlq", "--sources", "a,b",
-              "--create-missing", "--json")  # fmt: skip
+    r = psync(
+        "plan",
+        "--topic-pattern",
+        pattern,
+        "--exclude",
+        r".*\.dlq",
+        "--sources",
+        "a,b",
+        "--create-missing",
+        "--json",
+    )
     assert [t["topic"] for t in r.json["topics"]] == [f"{topic}.x1", f"{topic}.x2"]
 
-    r = psync("sync", "--topic-pattern", pattern, "--exclude", r".*\.dlq", "--sources", "a,b",
-              "--create-missing", "--json")  # fmt: skip
+    r = psync(
+        "sync",
+        "--topic-pattern",
+        pattern,
+        "--exclude",
+        r".*\.dlq",
+        "--sources",
+        "a,b",
+        "--create-missing",
+        "--json",
+    )
     assert r.code == 0, r.stdout + r.stderr
     assert sorted(t["topic"] for t in r.json["topics"]) == [f"{topic}.x1", f"{topic}.x2"]
     assert_partitions_identical(a, local, f"{topic}.x1", 1)

@@ -50,8 +50,13 @@ class _Txn:
     ) -> None:
         from confluent_kafka import Producer
 
-        conf = {"bootstrap.servers": bootstrap, "transactional.id": tid,
-                "compression.type": codec, "linger.ms": 0, "log_level": 3}  # fmt: skip
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": tid,
+            "compression.type": codec,
+            "linger.ms": 0,
+            "log_level": 3,
+        }
         if timeout_ms is not None:
             conf["transaction.timeout.ms"] = timeout_ms
         self.p = Producer(conf)
@@ -63,8 +68,14 @@ class _Txn:
 
     def send(self, topic: str, recs: Iterable[Rec]) -> _Txn:
         for r in recs:
-            self.p.produce(topic, key=r.key, value=r.value, headers=r.headers or None,
-                           timestamp=r.timestamp_ms or 0, partition=0)  # fmt: skip
+            self.p.produce(
+                topic,
+                key=r.key,
+                value=r.value,
+                headers=r.headers or None,
+                timestamp=r.timestamp_ms or 0,
+                partition=0,
+            )
         self.p.flush(30)
         return self
 
@@ -99,11 +110,14 @@ def _assert_mirrored(clusters: Clusters, topic: str, source: str = "a") -> None:
     committed = "noida" not in (clusters.kind(source), clusters.kind("local"))
     for isolation in ("read_committed", "read_uncommitted")[0 if committed else 1 :]:
         seen = [
-            [(r.offset, r.key, r.value, r.timestamp, r.headers)
-             for r in consume_all(clusters.bootstrap(n), topic, 0, timeout=30,
-                                  isolation=isolation)]
+            [
+                (r.offset, r.key, r.value, r.timestamp, r.headers)
+                for r in consume_all(
+                    clusters.bootstrap(n), topic, 0, timeout=30, isolation=isolation
+                )
+            ]
             for n in (source, "local")
-        ]  # fmt: skip
+        ]
         assert seen[0] and seen[1] == seen[0], isolation
 
 
@@ -147,13 +161,15 @@ def test_committed_aborted_and_interleaved_transactions_are_replayed(
     scan = check_plan(planned.json)[(topic, 0)]["scan"]
     assert (scan["committed"], scan["aborted"], scan["most_open_transactions"]) == (2, 2, 2)
     assert (scan["open_at_end"], scan["end"], scan["stop"]) == ([], end, None), scan
-    planned = psync("plan", "--topic", topic, "--sources", "a", "--json", "--scan",
-                    "--transactions", "refuse")  # fmt: skip
+    planned = psync(
+        "plan", "--topic", topic, "--sources", "a", "--json", "--scan", "--transactions", "refuse"
+    )
     assert planned.code == 3, planned.stdout + planned.stderr
     stop = check_plan(planned.json)[(topic, 0)]["scan"]["stop"]
     assert stop["refused"] and stop["offset"] == 10, stop
-    refused = psync("sync", "--topic", topic, "--sources", "a", "--json", "--transactions",
-                    "refuse")  # fmt: skip
+    refused = psync(
+        "sync", "--topic", topic, "--sources", "a", "--json", "--transactions", "refuse"
+    )
     assert refused.code == 3, refused.stdout + refused.stderr
     assert by_partition(refused.json, topic)[0]["local_end_after"] == 10
 
@@ -227,8 +243,9 @@ def test_a_transaction_still_open_in_the_source_is_left_open_or_holds_the_copy_b
     e = by_partition(r.json, topic)[0]
     assert (e["local_end_after"], e["open_transactions"]) == (end, []), e
     if resumable:
-        assert any("resumed the local transaction left open from offset 10" in n
-                   for n in e["notes"]), e  # fmt: skip
+        assert any(
+            "resumed the local transaction left open from offset 10" in n for n in e["notes"]
+        ), e
     _assert_mirrored(clusters, topic)
 
 
@@ -355,10 +372,14 @@ def test_a_mirror_starts_where_the_sources_log_start_cuts_a_transactions_batch(
     committed = "noida" not in (clusters.kind("b"), clusters.kind("local"))
     for isolation in ("read_committed", "read_uncommitted")[0 if committed else 1 :]:
         seen = [
-            [(m.offset, m.key, m.value) for m in consume_all(clusters.bootstrap(n), topic, 0,
-                                                             timeout=30, isolation=isolation)]
+            [
+                (m.offset, m.key, m.value)
+                for m in consume_all(
+                    clusters.bootstrap(n), topic, 0, timeout=30, isolation=isolation
+                )
+            ]
             for n in ("b", "local")
-        ]  # fmt: skip
+        ]
         assert seen[0] and seen[1] == seen[0] and seen[0][0][0] >= 25, isolation
 
 
@@ -383,8 +404,7 @@ def _a_last_run_mirrors_it(clusters: Clusters, psync: Run, topic: str, seen: lis
     every batch and marker at the source's offset, and diff agrees at both levels."""
     from tests.integration.test_faults import STALL_BOUND_S
 
-    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY,
-              timeout=STALL_BOUND_S)  # fmt: skip
+    r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY, timeout=STALL_BOUND_S)
     assert r.code == 0, r.stdout + r.stderr
     assert seen == sorted(seen), f"the local log went back between kills: {seen}"
     assert by_partition(r.json, topic)[0]["local_end_after"] == ends(clusters["a"], topic, 1)[0]
@@ -408,8 +428,10 @@ def test_a_replay_killed_again_and_again_resumes_the_transactions_it_left_open(
     from tests.integration.test_faults import STALL_BOUND_S, _sync_process
 
     if not clusters.kind("local").startswith("kafka"):
-        pytest.skip(f"the local {clusters.kind('local')} does not describe open transactions "
-                    "(KIP-664), so a killed replay's are aborted there, not resumed")  # fmt: skip
+        pytest.skip(
+            f"the local {clusters.kind('local')} does not describe open transactions "
+            "(KIP-664), so a killed replay's are aborted there, not resumed"
+        )
     _source_topic(clusters, topic)
     _interleaved_history(clusters, topic, 12)
     local = clusters["local"]
@@ -463,8 +485,10 @@ def test_a_replay_killed_at_each_of_its_steps_is_taken_up_by_the_next_run(
     from tests.integration.test_faults import STALL_BOUND_S, _sync_process
 
     if not clusters.kind("local").startswith("kafka"):
-        pytest.skip(f"the local {clusters.kind('local')} does not describe open transactions "
-                    "(KIP-664), so a killed replay's are aborted there, not resumed")  # fmt: skip
+        pytest.skip(
+            f"the local {clusters.kind('local')} does not describe open transactions "
+            "(KIP-664), so a killed replay's are aborted there, not resumed"
+        )
     _source_topic(clusters, topic)
     _interleaved_history(clusters, topic, 6)
     proxy, local = clusters.proxy, clusters["local"]
@@ -526,8 +550,9 @@ def test_a_replay_aborted_locally_where_the_source_committed_is_never_reported_i
     proxy, local = clusters.proxy, clusters["local"]
     running: list[Any] = []
     proxy.on_request("EndTxn", 1, functools.partial(_kill_first, running), dropped=True)
-    running.append(_sync_process(clusters, topic, "a", "--no-group", *REPLAY,
-                                 "--transaction-timeout", "1"))  # fmt: skip
+    running.append(
+        _sync_process(clusters, topic, "a", "--no-group", *REPLAY, "--transaction-timeout", "1")
+    )
     _out, err = running[0].communicate(timeout=STALL_BOUND_S)
     assert proxy.hook_fired() and running[0].returncode == -signal.SIGKILL, err[-2000:]
     proxy.reset()
@@ -566,8 +591,15 @@ def test_a_stalled_follower_whose_replay_was_aborted_locally_reports_the_partiti
     # A source timeout within the local one (less its margin): the transaction is streamed.
     t1 = _txn(clusters, "a", f"{topic}-t1", timeout_ms=1500)
     local = clusters["local"]
-    f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY,
-                 "--transaction-timeout", "2")  # fmt: skip
+    f = Follower(
+        clusters.config,
+        topic,
+        f"g-{topic}",
+        tmp_path / "follower.log",
+        *REPLAY,
+        "--transaction-timeout",
+        "2",
+    )
     try:
         _wait("the follower to catch up", lambda: ends(local, topic, 1)[0] == 5, 60, f.stderr)
         t1.begin().send(topic, records(4, seed=2, base_timestamp_ms=None))
@@ -620,8 +652,11 @@ def test_a_killed_replay_not_resumed_in_time_is_reported_where_it_diverges(
     # Where the local log first parts from the source's: the first abort marker where the
     # source holds data (the run may have had two transactions open, each aborted).
     theirs = {b.base_offset: b for b in fetch_batches(clusters["a"], topic, 0)}
-    first = next(b for b in fetch_batches(local, topic, 0)
-                 if b.is_control and not theirs[b.base_offset].is_control)  # fmt: skip
+    first = next(
+        b
+        for b in fetch_batches(local, topic, 0)
+        if b.is_control and not theirs[b.base_offset].is_control
+    )
     assert marker_type(first) == 0, first
 
     r = psync("sync", "--topic", topic, "--sources", "a", "--json", *REPLAY)
@@ -635,8 +670,10 @@ def test_a_killed_replay_not_resumed_in_time_is_reported_where_it_diverges(
         assert d.code == 3, d.stdout + d.stderr
         p = d.json["topics"][0]["partitions"][0]
         assert p["first_divergent_offset"] == first.base_offset, (p, killed_at)
-        assert (f"local holds the abort marker of producer id {first.producer_id} (epoch "
-                f"{first.producer_epoch}) at offset {first.base_offset}") in p["reason"], p  # fmt: skip
+        assert (
+            f"local holds the abort marker of producer id {first.producer_id} (epoch "
+            f"{first.producer_epoch}) at offset {first.base_offset}"
+        ) in p["reason"], p
         assert "a holds data" in p["reason"], p
 
 
@@ -659,8 +696,12 @@ def test_a_follower_waits_for_the_marker_of_an_open_transaction(
     f = Follower(clusters.config, topic, f"g-{topic}", tmp_path / "follower.log", *REPLAY)
     local = clusters["local"]
     try:
-        _wait("the copy up to or through the open transaction",
-              lambda: ends(local, topic, 1)[0] == reached, 60, f.stderr)  # fmt: skip
+        _wait(
+            "the copy up to or through the open transaction",
+            lambda: ends(local, topic, 1)[0] == reached,
+            60,
+            f.stderr,
+        )
         time.sleep(1.0)  # its round has ended
         before = sum(clusters.proxy.requests.values())
         time.sleep(2.0)
@@ -700,14 +741,22 @@ def test_a_follower_streams_continuously_overlapping_exactly_once_writers(
                 _overlap(writers, topic, 10, seed=1000 * burst)
                 lso = src.last_stable_offset(topic, 0)
                 started = time.monotonic()
-                _wait(f"the follower past the source's LSO {lso} (burst {burst})",
-                      lambda lso=lso: ends(local, topic, 1)[0] >= lso, 30, f.stderr)  # type: ignore[misc]  # fmt: skip
+                _wait(
+                    f"the follower past the source's LSO {lso} (burst {burst})",
+                    lambda lso=lso: ends(local, topic, 1)[0] >= lso,
+                    30,
+                    f.stderr,
+                )  # type: ignore[misc]
                 lags.append(time.monotonic() - started)
         for w in writers:
             w.send(topic, records(1, seed=9)).commit()
         end = _source_end(clusters, topic)
-        _wait("the follower at the source's end", lambda: ends(local, topic, 1)[0] == end, 60,
-              f.stderr)  # fmt: skip
+        _wait(
+            "the follower at the source's end",
+            lambda: ends(local, topic, 1)[0] == end,
+            60,
+            f.stderr,
+        )
     finally:
         f.stop()
     assert max(lags) < 30, lags
@@ -731,8 +780,19 @@ def _java_producer(
     wanted = ("kafka-clients-", "slf4j-api-", "lz4-java-", "zstd-jni-", "snappy-java-")
     cp = ":".join(str(j) for j in sorted(lib.glob("*.jar")) if j.name.startswith(wanted))
     source = Path(__file__).resolve().parents[1] / "support" / "java" / "TxnProducer.java"
-    argv = ["java", "-cp", cp, str(source), clusters.bootstrap("a"), topic, tid,
-            str(transactions), "3", str(abort_every), "lz4"]  # fmt: skip
+    argv = [
+        "java",
+        "-cp",
+        cp,
+        str(source),
+        clusters.bootstrap("a"),
+        topic,
+        tid,
+        str(transactions),
+        "3",
+        str(abort_every),
+        "lz4",
+    ]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -790,8 +850,12 @@ def test_transactions_of_kafkas_own_java_client_are_replayed(
             _finished(w)
         end = _source_end(clusters, topic)
         _assert_transaction_version(clusters, topic)
-        _wait("the follower at the source's end", lambda: ends(local, topic, 1)[0] == end, 90,
-              f.stderr)  # fmt: skip
+        _wait(
+            "the follower at the source's end",
+            lambda: ends(local, topic, 1)[0] == end,
+            90,
+            f.stderr,
+        )
     finally:
         f.stop()
     _assert_mirrored(clusters, topic)
@@ -840,8 +904,16 @@ def test_seeking_a_mirror_by_time_skips_the_replayed_markers(
         (p,) = r.json["groups"][0]["partitions"]
         assert (p["status"], p["local_offset"], p["source_offset"]) == ("reset", want[n], None)
         assert _committed(clusters.bootstrap("local"), group, topic, 1) == {0: want[n]}
-    r = psync("offsets", "--topic", topic, "--group", f"{topic}-late", "--to-datetime",
-              "2999-01-01T00:00:00", "--json")  # fmt: skip
+    r = psync(
+        "offsets",
+        "--topic",
+        topic,
+        "--group",
+        f"{topic}-late",
+        "--to-datetime",
+        "2999-01-01T00:00:00",
+        "--json",
+    )
     assert r.json["groups"][0]["partitions"][0]["local_offset"] == end  # none that new
     # diff: the markers' times are a known difference, reported, not a divergence.
     d = psync("diff", "--topic", topic, "--clusters", "a,local", "--json")
@@ -866,17 +938,33 @@ def test_a_compacted_transactional_topic_is_replayed_with_its_holes_filled(
     from tests.integration.sync_support import consumed
 
     a = clusters.bootstrap("a")
-    create_topic(a, topic, 1, {**UNLIMITED_RETENTION, "cleanup.policy": "compact",
-                               "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
-                               "delete.retention.ms": "600000"})  # fmt: skip
-    create_topic(clusters.bootstrap("local"), topic, 1,
-                 {**UNLIMITED_RETENTION, "cleanup.policy": "compact"})  # fmt: skip
+    create_topic(
+        a,
+        topic,
+        1,
+        {
+            **UNLIMITED_RETENTION,
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "600000",
+        },
+    )
+    create_topic(
+        clusters.bootstrap("local"), topic, 1, {**UNLIMITED_RETENTION, "cleanup.policy": "compact"}
+    )
     t1 = _txn(clusters, "a", f"{topic}-t1", "lz4")
     t2 = _txn(clusters, "a", f"{topic}-t2", "zstd")
 
     def keyed(keys: range, n: int) -> list[Rec]:
-        return [Rec(key=b"key-%d" % k, value=b"round %d key %d " % (n, k) * 8,
-                    timestamp_ms=1_700_000_000_000 + 1000 * n + k) for k in keys]  # fmt: skip
+        return [
+            Rec(
+                key=b"key-%d" % k,
+                value=b"round %d key %d " % (n, k) * 8,
+                timestamp_ms=1_700_000_000_000 + 1000 * n + k,
+            )
+            for k in keys
+        ]
 
     t1.begin().send(topic, keyed(range(10), 0)).commit()
     time.sleep(0.3)  # each round in a segment of its own (segment.ms)
@@ -928,8 +1016,18 @@ def test_a_compacted_transactional_topic_is_replayed_with_its_holes_filled(
     # Record level only: the local cleaner soon cleans the mirror too (a marker, stamped now,
     # rolls the segment of records stamped in 2023), dropping hole records under the one key
     # from its batches, which then differ from the source's as a batch.
-    d = psync("diff", "--topic", topic, "--clusters", "a,local", "--level", "record", "--json",
-              "--compaction-holes", "fill")  # fmt: skip
+    d = psync(
+        "diff",
+        "--topic",
+        topic,
+        "--clusters",
+        "a,local",
+        "--level",
+        "record",
+        "--json",
+        "--compaction-holes",
+        "fill",
+    )
     assert d.code == 0, d.stdout + d.stderr
 
 
@@ -956,12 +1054,18 @@ def test_a_transaction_stored_with_holes_as_a_cleaner_leaves_it_is_replayed_fill
     create_topic(clusters.bootstrap("local"), topic, 1, COMPACT)
     _require_compacted_local(clusters, topic)
     produce(a, topic, records(10, seed=1, null_keys_every=0), partition=0)
-    holey = raw_batch([raw_record(d, b"k%d" % d, b"v%d" % d) for d in (0, 2, 4)], 4,
-                      attributes=0x10, producer_id=4242, producer_epoch=0)  # fmt: skip
+    holey = raw_batch(
+        [raw_record(d, b"k%d" % d, b"v%d" % d) for d in (0, 2, 4)],
+        4,
+        attributes=0x10,
+        producer_id=4242,
+        producer_epoch=0,
+    )
     assert produce_raw(clusters["a"], topic, 0, holey) == 10
     commit = raw_record(0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")
-    marker = raw_batch([commit], 0, attributes=CONTROL_ATTRIBUTES, producer_id=4242,
-                       producer_epoch=0)  # fmt: skip
+    marker = raw_batch(
+        [commit], 0, attributes=CONTROL_ATTRIBUTES, producer_id=4242, producer_epoch=0
+    )
     assert produce_raw(clusters["a"], topic, 0, marker) == 15
     produce(a, topic, records(5, seed=3, null_keys_every=0), partition=0)
     stored = fetch_batches(clusters["a"], topic, 0)

@@ -78,11 +78,20 @@ def start_kafka_jvm(
 ) -> KafkaJvmBroker:
     """A single-node Apache Kafka ``version`` from Maven Central's jars, on free loopback ports."""
     t0 = time.monotonic()
-    cluster = start_kafka_cluster(version, 1, data_dir=data_dir,
-                                  overrides={**_KAFKA_TEST_OVERRIDES, **(overrides or {})})  # fmt: skip
+    cluster = start_kafka_cluster(
+        version, 1, data_dir=data_dir, overrides={**_KAFKA_TEST_OVERRIDES, **(overrides or {})}
+    )
     node = cluster.nodes[0]
-    return KafkaJvmBroker("kafka", "127.0.0.1", node.port, data_dir, log_path=node.log_path,
-                          startup_s=time.monotonic() - t0, cluster=cluster, version=version)  # fmt: skip
+    return KafkaJvmBroker(
+        "kafka",
+        "127.0.0.1",
+        node.port,
+        data_dir,
+        log_path=node.log_path,
+        startup_s=time.monotonic() - t0,
+        cluster=cluster,
+        version=version,
+    )
 
 
 def start_kafka_container(image: str = KAFKA_IMAGE, *, timeout: float = 120.0) -> Broker:

@@ -602,8 +602,10 @@ class KafkaCluster:
             listeners.append(f"PLAINTEXT://127.0.0.1:{node.port}")
             props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{node.port}"
             props["inter.broker.listener.name"] = "PLAINTEXT"
-            for setup, listener in ((self.sasl, f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"),
-                                    (self.tls, f"SSL://127.0.0.1:{node.ssl_port}")):  # fmt: skip
+            for setup, listener in (
+                (self.sasl, f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"),
+                (self.tls, f"SSL://127.0.0.1:{node.ssl_port}"),
+            ):
                 if setup is not None:
                     listeners.append(listener)
                     props["advertised.listeners"] += "," + listener

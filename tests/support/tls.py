@@ -48,12 +48,22 @@ class TestCA:
             .not_valid_before(now - _DAY)
             .not_valid_after(now + 30 * _DAY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False,
-                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .sign(self._key, hashes.SHA256())
-        )  # fmt: skip
+        )
         self.cert = self.dir / f"{name.replace(' ', '-')}.pem"
         self.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
@@ -88,13 +98,16 @@ class TestCA:
         cert = builder.sign(self._key, hashes.SHA256())
         stem = self.dir / cn.replace(" ", "-")
         cert_path, key_path = stem.with_suffix(".crt.pem"), stem.with_suffix(".key.pem")
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM)
-                              + self._cert.public_bytes(serialization.Encoding.PEM))  # fmt: skip
+        cert_path.write_bytes(
+            cert.public_bytes(serialization.Encoding.PEM)
+            + self._cert.public_bytes(serialization.Encoding.PEM)
+        )
         enc: serialization.KeySerializationEncryption = (
             serialization.BestAvailableEncryption(password.encode())
             if password
             else serialization.NoEncryption()
         )
-        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                               serialization.PrivateFormat.PKCS8, enc))  # fmt: skip
+        key_path.write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+        )
         return Issued(cert_path, key_path, password)

@@ -129,10 +129,14 @@ def make_batch(
 def records(n: int, *, seed: int = 0, start: int = 0) -> list[R]:
     """Deterministic records with keys, values and headers (value i differs per seed)."""
     return [
-        R(f"key-{start + i}".encode(), f"value-{seed}-{start + i} ".encode() * 4,
-          (("seq", str(start + i).encode()), ("src", b"diffkit")), BASE_TS + start + i)
+        R(
+            f"key-{start + i}".encode(),
+            f"value-{seed}-{start + i} ".encode() * 4,
+            (("seq", str(start + i).encode()), ("src", b"diffkit")),
+            BASE_TS + start + i,
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def log_of(recs: Sequence[R], sizes: Sequence[int], *, codec: str = "none", base: int = 0) -> bytes:

@@ -35,8 +35,9 @@ _NAME = re.compile(r"\bpartsync_[a-z0-9_]+")
 
 def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def exported_names() -> set[str]:
@@ -48,8 +49,18 @@ def exported_names() -> set[str]:
     live.observe_plan(plan_partition("t", 0, Bounds(0, 10), {"a": Bounds(0, 10)}))
     live.source_batch("a", "t", 0, 10, 1000)
     live.source_high_watermark("a", "t", 0, 20)
-    synced = PartitionResult("t", 0, Status.SYNCED, 0, 11, 20, batches=1, bytes=100,
-                             bytes_by_source={"a": 100}, batches_by_source={"a": 1})  # fmt: skip
+    synced = PartitionResult(
+        "t",
+        0,
+        Status.SYNCED,
+        0,
+        11,
+        20,
+        batches=1,
+        bytes=100,
+        bytes_by_source={"a": 100},
+        batches_by_source={"a": 1},
+    )
     live.observe(synced)
     live.observe(PartitionResult("t", 1, Status.UNSAFE, 0, 0, 5, reason="divergent"))
     live.observe(PartitionResult("t", 2, Status.HANDED_OVER, 0, 0, 5))
@@ -83,8 +94,13 @@ def dashboard_exprs() -> list[str]:
 def test_the_rules_cover_what_operators_need() -> None:
     doc = yaml.safe_load(RULES.read_text())
     alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
-    assert {"PartsyncLagRecordsHigh", "PartsyncLagSecondsHigh", "PartsyncPartitionUnsafe",
-            "PartsyncNoSuccessfulRound", "PartsyncCronRunFailing"} <= set(alerts)  # fmt: skip
+    assert {
+        "PartsyncLagRecordsHigh",
+        "PartsyncLagSecondsHigh",
+        "PartsyncPartitionUnsafe",
+        "PartsyncNoSuccessfulRound",
+        "PartsyncCronRunFailing",
+    } <= set(alerts)
     for name, rule in alerts.items():
         assert rule["annotations"]["summary"] and rule["labels"]["severity"], name
 

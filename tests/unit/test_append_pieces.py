@@ -47,8 +47,9 @@ def _batch(base: int, count: int, seed: int) -> Batch:
     return Batch.parse(memoryview(make_batch(records(count, seed=seed), base_offset=base)))
 
 
-def _piece(chunk: Chunk, no: int, start: int, end: int, *items: object,
-           boundary: Batch | None = None) -> Piece:  # fmt: skip
+def _piece(
+    chunk: Chunk, no: int, start: int, end: int, *items: object, boundary: Batch | None = None
+) -> Piece:
     p = Piece(chunk, no, start, end, start == chunk.start, boundary=boundary)
     for it in items:
         p.items.put(it)
@@ -68,8 +69,9 @@ def _run(b_of_b: Batch) -> tuple[CopyContext, InstantWriter]:
         _piece(c1, 1, 12, 30, [_batch(15, 5, 0)]),
     ]
     writer = InstantWriter()
-    plan: Any = SimpleNamespace(topic="t", partition=0, local=SimpleNamespace(end=0),
-                                bootstrap=False, copy_start=0)  # fmt: skip
+    plan: Any = SimpleNamespace(
+        topic="t", partition=0, local=SimpleNamespace(end=0), bootstrap=False, copy_start=0
+    )
     local: Any = SimpleNamespace(name="local", shared_writer=lambda *a, **k: writer)
     ctx = CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(), None, None)
     append_in_order(ctx, pieces, None, ProducerSession(producer_id=7, epoch=0, sequence=0))

@@ -407,8 +407,11 @@ def test_digest_is_16_bytes_and_deterministic() -> None:
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_log_append_time_batch_is_refused(codec: str) -> None:
     """A LogAppendTime batch would be restamped by any local topic: refused before writing."""
-    b = parse(set_attribute_bits(build(3, base_offset=40, codec=codec, producer=(1, 0, 0)),
-                                 TIMESTAMP_TYPE_BIT))  # fmt: skip
+    b = parse(
+        set_attribute_bits(
+            build(3, base_offset=40, codec=codec, producer=(1, 0, 0)), TIMESTAMP_TYPE_BIT
+        )
+    )
     with pytest.raises(UnsafeError, match="LogAppendTime") as exc:
         check_appendable(b)
     assert exc.value.offset == 40 and "40..42" in str(exc.value)

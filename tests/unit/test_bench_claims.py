@@ -34,7 +34,10 @@ def test_the_table_says_which_claims_are_met_missed_or_failed() -> None:
 def test_an_unknown_claim_is_refused_before_anything_runs() -> None:
     p = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_claims.py"), "--only", "9"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 2
     assert "unknown claim" in p.stderr and "$" not in p.stdout

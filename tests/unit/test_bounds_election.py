@@ -16,8 +16,13 @@ from partsync.plan.comparator import Bounds
 
 
 def _error(code: ErrorCode) -> BrokerError:
-    return BrokerError("listing the log start offset", error_code=code,
-                       error_name=error_name(code), retriable=True, cluster="src")  # fmt: skip
+    return BrokerError(
+        "listing the log start offset",
+        error_code=code,
+        error_name=error_name(code),
+        retriable=True,
+        cluster="src",
+    )
 
 
 @pytest.fixture
@@ -37,8 +42,15 @@ def stand(monkeypatch: pytest.MonkeyPatch) -> tuple[Cluster, list[Any], list[boo
     return c, answers, refreshed
 
 
-@pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                                  ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+    ],
+)
 def test_an_election_is_waited_out_with_fresh_metadata(
     stand: tuple[Cluster, list[Any], list[bool]], code: ErrorCode
 ) -> None:

@@ -106,9 +106,16 @@ def test_a_transaction_with_nothing_left_but_its_marker_needs_a_free_slot_too() 
 
 
 def test_a_transaction_without_its_marker_stops_a_replay_at_the_last_quiet_point() -> None:
-    c, stop = _census(0, _data(0), _txn(3, pid=7), marker(COMMIT, offset=5, producer=(7, 0)),
-                      _txn(6, pid=9), _data(8), marker(COMMIT, offset=11, producer=(7, 0)),
-                      end=12)  # fmt: skip
+    c, stop = _census(
+        0,
+        _data(0),
+        _txn(3, pid=7),
+        marker(COMMIT, offset=5, producer=(7, 0)),
+        _txn(6, pid=9),
+        _data(8),
+        marker(COMMIT, offset=11, producer=(7, 0)),
+        end=12,
+    )
     # 7's transaction ended at 5; 9's from 6 is still open at the end: quiet at 6.
     assert stop is not None and (stop.offset, stop.refused) == (6, False), stop
     assert "producer 9 from offset 6" in stop.reason and "up to offset 6" in stop.reason
@@ -159,12 +166,17 @@ def test_a_refusal_after_an_open_transaction_is_a_refusal_not_a_wait() -> None:
 def test_a_replay_holds_at_most_max_in_flight_bytes_of_open_transactions() -> None:
     size = _txn(0, pid=1).size
     # Its marker ends the transaction: never held beyond the limit.
-    ok = _census(0, _txn(0, pid=1), marker(COMMIT, offset=2, producer=(1, 0)), end=3,
-                 max_held_bytes=size)  # fmt: skip
+    ok = _census(
+        0, _txn(0, pid=1), marker(COMMIT, offset=2, producer=(1, 0)), end=3, max_held_bytes=size
+    )
     assert ok[1] is None and ok[0].most_held_bytes > size
     # The first hold beyond it, named by the earliest transaction still open.
-    batches = (_txn(0, pid=1), _txn(2, pid=2), marker(COMMIT, offset=4, producer=(1, 0)),
-               _data(5, 40, value_size=400))  # fmt: skip
+    batches = (
+        _txn(0, pid=1),
+        _txn(2, pid=2),
+        marker(COMMIT, offset=4, producer=(1, 0)),
+        _data(5, 40, value_size=400),
+    )
     # Where every transaction is held (a local cluster that cannot resume one), no later run
     # gets past it either: refused, with the limit to raise.
     c, stop = _census(0, *batches, end=45, max_held_bytes=3 * size)
@@ -196,8 +208,13 @@ def test_a_mirror_started_at_the_sources_log_start() -> None:
     # The batch holding the log start is copied whole, inside its transaction: a mirror of a
     # topic purged mid-transaction (Kafka Streams' repartition topics) starts, held or not.
     for hold in (None, lambda b: False):
-        c, stop = _census(0, _txn(99, pid=4, n=3), marker(COMMIT, offset=102, producer=(4, 0)),
-                          end=103, **boot | {"hold": hold})  # fmt: skip
+        c, stop = _census(
+            0,
+            _txn(99, pid=4, n=3),
+            marker(COMMIT, offset=102, producer=(4, 0)),
+            end=103,
+            **boot | {"hold": hold},
+        )
         assert (c.batches, c.committed, c.end, stop) == (2, 1, 103, None)
     c, stop = _census(0, _data(99), _data(102), end=105, **boot)
     assert (c.batches, stop) == (2, None)
@@ -214,11 +231,20 @@ def test_a_log_append_time_batch_is_where_a_sync_refuses() -> None:
 
 
 def test_the_census_serializes_every_count() -> None:
-    c, _stop = _census(0, _data(0), _txn(3, pid=7), marker(ABORT, offset=5, producer=(7, 0)),
-                       end=6)  # fmt: skip
+    c, _stop = _census(0, _data(0), _txn(3, pid=7), marker(ABORT, offset=5, producer=(7, 0)), end=6)
     assert c.to_dict() == {
-        "start": 0, "end": 6, "batches": 3, "bytes": c.bytes, "holes": 0,
-        "holes_between_batches": 0, "holes_inside_batches": 0, "batches_with_holes": 0,
-        "transactional_batches": 1, "committed": 0, "aborted": 1,
-        "most_open_transactions": 1, "most_held_bytes": c.most_held_bytes, "open_at_end": [],
-    }  # fmt: skip
+        "start": 0,
+        "end": 6,
+        "batches": 3,
+        "bytes": c.bytes,
+        "holes": 0,
+        "holes_between_batches": 0,
+        "holes_inside_batches": 0,
+        "batches_with_holes": 0,
+        "transactional_batches": 1,
+        "committed": 0,
+        "aborted": 1,
+        "most_open_transactions": 1,
+        "most_held_bytes": c.most_held_bytes,
+        "open_at_end": [],
+    }

@@ -21,25 +21,43 @@ def bad_config(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("where", ["before", "after"])
 @pytest.mark.parametrize("command", ["plan", "sync", "diff"])
 def test_config_before_or_after_the_subcommand(
-    where: str, command: str, bad_config: Path, capsys: pytest.CaptureFixture[str],
+    where: str,
+    command: str,
+    bad_config: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.delenv("PARTSYNC_CONFIG", raising=False)
     args = ["--topic", "t"] + (
         ["--clusters", "dc1,dc2"] if command == "diff" else ["--sources", "dc1"]
     )
-    argv = (["--config", str(bad_config), command, *args] if where == "before"
-            else [command, *args, "--config", str(bad_config)])  # fmt: skip
+    argv = (
+        ["--config", str(bad_config), command, *args]
+        if where == "before"
+        else [command, *args, "--config", str(bad_config)]
+    )
     assert raw_main(argv) is ExitStatus.USAGE
     err = capsys.readouterr().err
     assert "bootstrap_server" in err  # the file given was the one read, wherever the flag stood
 
 
-def test_the_later_config_wins(tmp_path: Path, bad_config: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_the_later_config_wins(
+    tmp_path: Path, bad_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "missing.toml"
-    code = raw_main(["--config", str(bad_config), "plan", "--config", str(missing),
-                     "--topic", "t", "--sources", "dc1"])  # fmt: skip
+    code = raw_main(
+        [
+            "--config",
+            str(bad_config),
+            "plan",
+            "--config",
+            str(missing),
+            "--topic",
+            "t",
+            "--sources",
+            "dc1",
+        ]
+    )
     assert code is ExitStatus.USAGE
     # Rich wraps long messages at the console width (a known issue): compare words.
     assert f"config file {missing} does not exist" in " ".join(capsys.readouterr().err.split())

@@ -41,8 +41,16 @@ def test_a_config_error_under_json_is_one_error_document(
     err = doc["error"]
     assert err["kind"] == "config" and err["exit_code"] == 2
     assert "unknown cluster 'nope'" in err["message"]
-    assert set(err) == {"kind", "message", "exit_code", "cluster", "topic", "partition",
-                        "offset", "retriable"}  # fmt: skip
+    assert set(err) == {
+        "kind",
+        "message",
+        "exit_code",
+        "cluster",
+        "topic",
+        "partition",
+        "offset",
+        "retriable",
+    }
 
 
 @pytest.mark.parametrize("command", ["sync", "plan", "diff"])
@@ -63,8 +71,20 @@ def test_a_metrics_file_in_a_missing_directory_is_refused_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "no-such-dir" / "partsync.prom"
-    code = raw_main(["sync", "--topic", "t", "--sources", NOBODY, "--local", NOBODY,
-                     "--metrics-file", str(target), "--json"])  # fmt: skip
+    code = raw_main(
+        [
+            "sync",
+            "--topic",
+            "t",
+            "--sources",
+            NOBODY,
+            "--local",
+            NOBODY,
+            "--metrics-file",
+            str(target),
+            "--json",
+        ]
+    )
     assert code is ExitStatus.USAGE  # before planning: connecting would have given exit 1
     out = capsys.readouterr()
     assert f"directory {target.parent} does not exist" in _words(out.err)

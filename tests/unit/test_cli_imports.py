@@ -11,8 +11,7 @@ LAZY = ("rich", "lz4", "zstandard", "snappy", "gzip")
 
 def _loaded(code: str) -> list[str]:
     probe = f"{code}; import sys; print(' '.join(m for m in {LAZY!r} if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
     return done.stdout.split()
 
 

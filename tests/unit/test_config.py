@@ -487,17 +487,26 @@ def test_defaults_errors_name_the_file_and_the_table(tmp_path: Path) -> None:
 def test_timeouts_are_client_settings_checked_and_used(tmp_path: Path) -> None:
     from partsync.io.cluster import Cluster
 
-    cfg = load_config(write(tmp_path, "[defaults]\nrequest_timeout_ms = 5000\n"
-                                      '[clusters.a]\nbootstrap_servers = ["h:1"]\n'
-                                      "connect_timeout_ms = 2500\n"))  # fmt: skip
+    cfg = load_config(
+        write(
+            tmp_path,
+            "[defaults]\nrequest_timeout_ms = 5000\n"
+            '[clusters.a]\nbootstrap_servers = ["h:1"]\n'
+            "connect_timeout_ms = 2500\n",
+        )
+    )
     a = cfg.resolve("a")
     assert (a.request_timeout_ms, a.connect_timeout_ms) == (5000, 2500)
     assert cfg.resolve("h:2").connect_timeout_ms == 30_000  # the built-in default
     assert Cluster(a).timeout == 5.0  # each request's time limit, unless a call gives its own
     for bad in ("0", "true", '"5s"', "3600001"):
         with pytest.raises(ConfigError, match=r"\[clusters.b\]: request_timeout_ms must be"):
-            load_config(write(tmp_path, f'[clusters.b]\nbootstrap_servers = ["h:1"]\n'
-                                        f"request_timeout_ms = {bad}\n"))  # fmt: skip
+            load_config(
+                write(
+                    tmp_path,
+                    f'[clusters.b]\nbootstrap_servers = ["h:1"]\nrequest_timeout_ms = {bad}\n',
+                )
+            )
 
 
 def _sasl(tmp_path: Path, extra: str, env: dict[str, str] | None = None) -> ClusterRef:
@@ -513,8 +522,11 @@ security_protocol = "SASL_SSL"
 def test_secrets_from_files(tmp_path: Path) -> None:
     (tmp_path / "pw").write_text(SECRET + "\n")  # as `echo` writes it: the newline is not part
     (tmp_path / "key-pw").write_text(SSL_SECRET)
-    ref = _sasl(tmp_path, f'sasl_plain_username = "u"\nsasl_plain_password_file = '
-                f'"{tmp_path / "pw"}"\nssl_password_file = "{tmp_path / "key-pw"}"')  # fmt: skip
+    ref = _sasl(
+        tmp_path,
+        f'sasl_plain_username = "u"\nsasl_plain_password_file = '
+        f'"{tmp_path / "pw"}"\nssl_password_file = "{tmp_path / "key-pw"}"',
+    )
     assert ref.security.sasl_plain_password == SECRET
     assert ref.security.ssl_password == SSL_SECRET
     assert SECRET not in repr(ref) and SSL_SECRET not in repr(ref)
@@ -523,17 +535,25 @@ def test_secrets_from_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/none"',
-         "sasl_plain_password_file: cannot read"),
-        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/empty"',
-         "sasl_plain_password_file: '{d}/empty' is empty"),
-        ('sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/pw"\nsasl_plain_password_env = "PW"',
-         "give sasl_plain_password_env or sasl_plain_password_file, not both"),
-        ('sasl_plain_username = "u"',
-         "SASL needs sasl_plain_password_env or sasl_plain_password_file"),
+        (
+            'sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/none"',
+            "sasl_plain_password_file: cannot read",
+        ),
+        (
+            'sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/empty"',
+            "sasl_plain_password_file: '{d}/empty' is empty",
+        ),
+        (
+            'sasl_plain_username = "u"\nsasl_plain_password_file = "{d}/pw"\nsasl_plain_password_env = "PW"',
+            "give sasl_plain_password_env or sasl_plain_password_file, not both",
+        ),
+        (
+            'sasl_plain_username = "u"',
+            "SASL needs sasl_plain_password_env or sasl_plain_password_file",
+        ),
         ('sasl_mechanism = "OAUTHBEARER"', "OAUTHBEARER needs sasl_oauthbearer_token_file"),
     ],
-)  # fmt: skip
+)
 def test_secret_file_errors_name_the_key_and_file(tmp_path: Path, extra: str, message: str) -> None:
     (tmp_path / "empty").write_text("\n")
     (tmp_path / "pw").write_text(SECRET)
@@ -544,14 +564,19 @@ def test_secret_file_errors_name_the_key_and_file(tmp_path: Path, extra: str, me
 
 
 def test_oauthbearer_token_from_env_or_a_file_read_at_each_connection(tmp_path: Path) -> None:
-    ref = _sasl(tmp_path, 'sasl_mechanism = "OAUTHBEARER"\nsasl_oauthbearer_token_env = "TOK"',
-                env={"TOK": "a.b."})  # fmt: skip
+    ref = _sasl(
+        tmp_path,
+        'sasl_mechanism = "OAUTHBEARER"\nsasl_oauthbearer_token_env = "TOK"',
+        env={"TOK": "a.b."},
+    )
     sec = ref.security
     assert sec.sasl_mechanism == "OAUTHBEARER" and sec.sasl_oauthbearer_token == "a.b."
     assert sec.sasl_plain_username is None and "a.b." not in repr(ref)
     (tmp_path / "tok").write_text("t1")
-    ref = _sasl(tmp_path, f'sasl_mechanism = "oauthbearer"\nsasl_oauthbearer_token_file = '
-                f'"{tmp_path / "tok"}"')  # fmt: skip
+    ref = _sasl(
+        tmp_path,
+        f'sasl_mechanism = "oauthbearer"\nsasl_oauthbearer_token_file = "{tmp_path / "tok"}"',
+    )
     # Not kept: the connection reads the file each time (a refreshed token is followed).
     assert ref.security.sasl_oauthbearer_token is None
     assert ref.security.sasl_oauthbearer_token_file == str(tmp_path / "tok")

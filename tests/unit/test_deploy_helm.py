@@ -145,12 +145,17 @@ def test_defaults_need_a_group_and_render_no_servicemonitor() -> None:
     assert done.returncode != 0 and "sync.topics" in done.stderr, done.stderr
     minimal = _render(
         "--set", "sync.topics={orders}", "--set", "sync.sources={dc2}", "--set", "sync.group=g"
-    )  # fmt: skip
+    )
     assert "ServiceMonitor" not in minimal and "Secret" not in minimal
     names = [v["name"] for v in minimal["Deployment"]["spec"]["template"]["spec"]["volumes"]]
     assert "secrets" not in names
     done = _helm_run(
-        "template", "mirror", str(CHART), "--set", "sync.topics={orders}",
-        "--set", "sync.sources={dc2}",
-    )  # fmt: skip
+        "template",
+        "mirror",
+        str(CHART),
+        "--set",
+        "sync.topics={orders}",
+        "--set",
+        "sync.sources={dc2}",
+    )
     assert done.returncode != 0 and "sync.group" in done.stderr, done.stderr

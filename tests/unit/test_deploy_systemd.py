@@ -45,8 +45,11 @@ def _one(section: list[tuple[str, str]], key: str) -> str:
 
 
 def _env_file(name: str) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in (UNITS / name).read_text().splitlines()
-             if line.strip() and not line.startswith("#"))  # fmt: skip
+    pairs = (
+        line.split("=", 1)
+        for line in (UNITS / name).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     return {k: v for k, v in pairs}
 
 
@@ -133,12 +136,19 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
     for unit in UNITS.glob("partsync-*"):
         text = unit.read_text().replace("/opt/partsync/bin/partsync", str(partsync))
         (tmp_path / unit.name).write_text(text)
-    names = [f"partsync-follow@{INSTANCE}.service", f"partsync-sync@{INSTANCE}.service",
-             f"partsync-sync@{INSTANCE}.timer"]  # fmt: skip
+    names = [
+        f"partsync-follow@{INSTANCE}.service",
+        f"partsync-sync@{INSTANCE}.service",
+        f"partsync-sync@{INSTANCE}.timer",
+    ]
     done = subprocess.run(
         ["systemd-analyze", "verify", *(f"./{n}" for n in names)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     # verify exits 0 on unknown keys too; its warnings are the finding.
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), (
         done.stdout + done.stderr

@@ -52,11 +52,24 @@ def test_common_range_and_lag() -> None:
 
 
 def test_partition_json_matches_the_contract() -> None:
-    p = part(3, S.DIVERGENT, clusters={"dc1": Bounds(0, 100), "dc2": Bounds(10, 90)},
-             first_divergent_offset=42, disagreeing=("dc2",), reason="records differ")  # fmt: skip
+    p = part(
+        3,
+        S.DIVERGENT,
+        clusters={"dc1": Bounds(0, 100), "dc2": Bounds(10, 90)},
+        first_divergent_offset=42,
+        disagreeing=("dc2",),
+        reason="records differ",
+    )
     d = p.to_dict()
-    keys = ("partition", "clusters", "common_range", "status", "first_divergent_offset",
-            "disagreeing", "lag")  # fmt: skip
+    keys = (
+        "partition",
+        "clusters",
+        "common_range",
+        "status",
+        "first_divergent_offset",
+        "disagreeing",
+        "lag",
+    )
     assert {k: d[k] for k in keys} == {
         "partition": 3,
         "clusters": {
@@ -91,8 +104,12 @@ def test_unknown_bounds_serialise_as_nulls() -> None:
         ([], S.ERROR, S.ERROR, ExitStatus.FAILURE),
     ],
 )
-def test_topic_status_and_exit_code(statuses: list[DiffStatus], topic_status: DiffStatus | None,
-                                    topic: DiffStatus, exit_status: ExitStatus) -> None:  # fmt: skip
+def test_topic_status_and_exit_code(
+    statuses: list[DiffStatus],
+    topic_status: DiffStatus | None,
+    topic: DiffStatus,
+    exit_status: ExitStatus,
+) -> None:
     t = TopicDiff(
         "orders", tuple(part(i, s) for i, s in enumerate(statuses)), topic_status=topic_status
     )
@@ -118,13 +135,27 @@ def test_cli_default_chunk_size_matches_the_options() -> None:
 def _sample() -> DiffReport:
     parts = [
         part(0, S.IDENTICAL),
-        part(1, S.LAGGING, clusters={"dc1": Bounds(0, 100), "dc2": Bounds(0, 60)},
-             reason="common range identical; behind the furthest cluster: dc2 by 40"),
-        part(2, S.DIVERGENT, first_divergent_offset=43, disagreeing=("dc2",),
-             reason="records differ at offset 43: dc2 differs from dc1 in value"),
-        part(3, S.ERROR, clusters={"dc1": Bounds(0, 5), "dc2": None}, unreachable=("dc2",),
-             reason="cluster dc2 unreachable: connection refused"),
-    ]  # fmt: skip
+        part(
+            1,
+            S.LAGGING,
+            clusters={"dc1": Bounds(0, 100), "dc2": Bounds(0, 60)},
+            reason="common range identical; behind the furthest cluster: dc2 by 40",
+        ),
+        part(
+            2,
+            S.DIVERGENT,
+            first_divergent_offset=43,
+            disagreeing=("dc2",),
+            reason="records differ at offset 43: dc2 differs from dc1 in value",
+        ),
+        part(
+            3,
+            S.ERROR,
+            clusters={"dc1": Bounds(0, 5), "dc2": None},
+            unreachable=("dc2",),
+            reason="cluster dc2 unreachable: connection refused",
+        ),
+    ]
     name = "orders<script>"
     t = TopicDiff(name, tuple(replace(p, topic=name) for p in parts), {"dc1": 4, "dc2": 4})
     return report(t)
@@ -135,8 +166,17 @@ def test_table_notes_and_summary() -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(diff_table(r))
     text = console.export_text()
-    for want in ("identical", "lagging", "divergent", "unreachable", "0..60 -40", "0..100 ✗", "43",
-                 "- ?", "✗ = disagrees, ? = unreachable"):  # fmt: skip
+    for want in (
+        "identical",
+        "lagging",
+        "divergent",
+        "unreachable",
+        "0..60 -40",
+        "0..100 ✗",
+        "43",
+        "- ?",
+        "✗ = disagrees, ? = unreachable",
+    ):
         assert want in text, want
     # An unreachable cluster is not marked as one that disagrees (the legend's ✗).
     assert "- ✗" not in text
@@ -170,16 +210,31 @@ def test_html_is_self_contained_and_escaped() -> None:
 
 
 def test_html_escapes_cluster_names() -> None:
-    t = TopicDiff("t", (part(0, S.DIVERGENT, clusters={'a"<b>': Bounds(0, 3), "c&d": Bounds(0, 3)},
-                             first_divergent_offset=1, disagreeing=("c&d",)),))  # fmt: skip
+    t = TopicDiff(
+        "t",
+        (
+            part(
+                0,
+                S.DIVERGENT,
+                clusters={'a"<b>': Bounds(0, 3), "c&d": Bounds(0, 3)},
+                first_divergent_offset=1,
+                disagreeing=("c&d",),
+            ),
+        ),
+    )
     page = diff_html(report(t, clusters=('a"<b>', "c&d")))
     assert '<b>"' not in page and "a&quot;&lt;b&gt;" in page and "c&amp;d" in page
 
 
 def test_html_at_1000_partitions_summary_first_problems_first_and_a_filter() -> None:
     parts = [part(p, S.IDENTICAL) for p in range(1000)]
-    parts[700] = part(700, S.DIVERGENT, first_divergent_offset=5, disagreeing=("dc2",),
-                      reason="records differ at offset 5")  # fmt: skip
+    parts[700] = part(
+        700,
+        S.DIVERGENT,
+        first_divergent_offset=5,
+        disagreeing=("dc2",),
+        reason="records differ at offset 5",
+    )
     parts[3] = part(3, S.LAGGING, clusters={"dc1": Bounds(0, 100), "dc2": Bounds(0, 60)})
     t = TopicDiff("big", tuple(parts), {"dc1": 1000, "dc2": 1000})
     page = diff_html(report(t), generated=dt.datetime(2026, 1, 2, tzinfo=dt.UTC))

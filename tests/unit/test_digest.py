@@ -93,8 +93,9 @@ def test_chunk_digest_covers_offsets_and_digests() -> None:
         ([("dc1", None), ("dc2", 1), ("dc3", 1)], ("dc2", "dc3"), ("dc1",)),
     ],
 )
-def test_split_majority(held: list[tuple[str, object]], agreeing: tuple[str, ...],
-                        disagreeing: tuple[str, ...]) -> None:  # fmt: skip
+def test_split_majority(
+    held: list[tuple[str, object]], agreeing: tuple[str, ...], disagreeing: tuple[str, ...]
+) -> None:
     assert split_majority(held) == (agreeing, disagreeing)
 
 
@@ -189,8 +190,9 @@ def test_shallow_copies_compare_equal_at_batch_level(codec: str) -> None:
     src = diffkit.log_of(diffkit.records(30), [10, 10, 10], codec=codec)
     copy = _shallow_copy(src)
     assert copy != src
-    res = compare_chunks({"src": iter_chunks(batch_units(src), 15),
-                          "copy": iter_chunks(batch_units(copy), 15)})  # fmt: skip
+    res = compare_chunks(
+        {"src": iter_chunks(batch_units(src), 15), "copy": iter_chunks(batch_units(copy), 15)}
+    )
     assert res.identical and res.units == 3
 
 
@@ -218,8 +220,9 @@ def _flip_in_batch(raw: bytes, index: int, from_end: int) -> bytes:
 def test_a_single_changed_byte_is_found() -> None:
     src = diffkit.log_of(diffkit.records(30), [10, 10, 10], codec="none")
     changed = _flip_in_batch(src, 1, 3)  # inside the last record's header value
-    res = compare_chunks({"a": iter_chunks(batch_units(src), 100),
-                          "b": iter_chunks(batch_units(changed), 100)})  # fmt: skip
+    res = compare_chunks(
+        {"a": iter_chunks(batch_units(src), 100), "b": iter_chunks(batch_units(changed), 100)}
+    )
     assert res.divergence is not None and res.divergence.offset == 10
     assert not res.divergence.boundaries_differ
     rec = first_divergence({"a": record_units(src), "b": record_units(changed)})
@@ -230,11 +233,13 @@ def test_different_boundaries_same_records() -> None:
     recs = diffkit.records(30)
     a = diffkit.log_of(recs, [10, 10, 10], codec="gzip")
     b = diffkit.log_of(recs, [7, 7, 7, 9], codec="lz4")
-    at_batch = compare_chunks({"a": iter_chunks(batch_units(a), 100),
-                               "b": iter_chunks(batch_units(b), 100)})  # fmt: skip
+    at_batch = compare_chunks(
+        {"a": iter_chunks(batch_units(a), 100), "b": iter_chunks(batch_units(b), 100)}
+    )
     assert at_batch.divergence is not None and at_batch.divergence.boundaries_differ
-    at_record = compare_chunks({"a": iter_chunks(record_units(a), 8),
-                                "b": iter_chunks(record_units(b), 8)})  # fmt: skip
+    at_record = compare_chunks(
+        {"a": iter_chunks(record_units(a), 8), "b": iter_chunks(record_units(b), 8)}
+    )
     assert at_record.identical and at_record.units == 30 and at_record.chunks == 4
 
 

@@ -32,8 +32,11 @@ def _options(cmd: click.Command) -> set[str]:
 @pytest.mark.parametrize("name", sorted(cli.commands))
 def test_every_option_is_documented_in_its_command_section(name: str) -> None:
     text = _section(name)
-    missing = sorted(o for o in _options(cli.commands[name]) - {"--help", "--config"}
-                     if not re.search(re.escape(o) + r"(?![\w-])", text))  # fmt: skip
+    missing = sorted(
+        o
+        for o in _options(cli.commands[name]) - {"--help", "--config"}
+        if not re.search(re.escape(o) + r"(?![\w-])", text)
+    )
     assert not missing, f"docs/cli.md, partsync {name}: {missing}"
 
 
@@ -63,8 +66,14 @@ def _documented(command: str) -> set[str]:
 
 
 def test_diff_json_keys_are_documented() -> None:
-    part = PartitionDiff("t", 0, DiffStatus.IDENTICAL, Level.BATCH,
-                         {"dc1": Bounds(0, 5), "dc2": Bounds(0, 5)}, (0, 5))  # fmt: skip
+    part = PartitionDiff(
+        "t",
+        0,
+        DiffStatus.IDENTICAL,
+        Level.BATCH,
+        {"dc1": Bounds(0, 5), "dc2": Bounds(0, 5)},
+        (0, 5),
+    )
     report = DiffReport((TopicDiff("t", (part,)),), ("dc1", "dc2"), Level.BATCH, 100)
     assert _keys(report.to_dict()) <= _documented("diff")
 

@@ -10,8 +10,15 @@ from pathlib import Path
 from tests.conftest import _ALL_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
-_PATTERNS = ("*.md", "docs/*.md", "docker-compose.yml", "partsync/**/*.py", "tests/**/*.py",
-             "scripts/**/*.py", "deploy/**/*")  # fmt: skip
+_PATTERNS = (
+    "*.md",
+    "docs/*.md",
+    "docker-compose.yml",
+    "partsync/**/*.py",
+    "tests/**/*.py",
+    "scripts/**/*.py",
+    "deploy/**/*",
+)
 _TEXTS = [
     p
     for pattern in _PATTERNS
@@ -40,8 +47,11 @@ def test_broker_modes_named_are_real() -> None:
 
 def test_no_pointer_to_a_document_outside_the_repository() -> None:
     """The team's shared notes (KAFKA-FACTS.md, STYLE.md) live outside this repository."""
-    wrong = [str(p.relative_to(ROOT)) for p in _TEXTS
-             if re.search(r"KAFKA-FACTS|STYLE\.md", p.read_text(errors="replace"))]  # fmt: skip
+    wrong = [
+        str(p.relative_to(ROOT))
+        for p in _TEXTS
+        if re.search(r"KAFKA-FACTS|STYLE\.md", p.read_text(errors="replace"))
+    ]
     assert not wrong
 
 

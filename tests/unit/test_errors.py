@@ -57,8 +57,7 @@ def test_every_error_is_a_partsync_error_with_the_right_exit_status() -> None:
 
 def test_results_carry_the_error_object_and_derive_retriable() -> None:
     base = PartitionResult("t", 0, Status.IN_SYNC, 0, 0, 10)
-    timed_out = BrokerError("append", error_code=7, error_name="REQUEST_TIMED_OUT",
-                            retriable=True)  # fmt: skip
+    timed_out = BrokerError("append", error_code=7, error_name="REQUEST_TIMED_OUT", retriable=True)
     r = base.with_status(Status.ERROR, str(timed_out), timed_out)
     assert r.error is timed_out and r.retriable
     assert not base.with_status(Status.ERROR, "x", UnsafeError("x")).retriable

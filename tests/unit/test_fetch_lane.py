@@ -46,11 +46,13 @@ class ScriptedBroker:
             if self.closed:
                 raise ClusterError("closed", cluster=self.cluster)
             self.requests.append(({t: list(p) for t, p in wanted.items()}, max_bytes))
-            self._answers.append({
-                (t, p): FetchedPartition(p, 0, 1000, 0, f"{t}/{p}@{o}".encode())
-                for t, parts in wanted.items()
-                for p, o, _m in parts
-            })  # fmt: skip
+            self._answers.append(
+                {
+                    (t, p): FetchedPartition(p, 0, 1000, 0, f"{t}/{p}@{o}".encode())
+                    for t, parts in wanted.items()
+                    for p, o, _m in parts
+                }
+            )
             self._cv.notify_all()
 
     def receive_fetch_many(self):
@@ -103,8 +105,10 @@ def test_partitions_share_a_request_and_each_gets_its_own_part() -> None:
         assert records(first) == b"t/0@5"
         assert [records(f) for f in rest] == [b"t/1@10", b"t/2@20", b"t/3@30", b"t/4@40"]
         # The four asks that waited for the first answer went together, sized by their sum.
-        assert conn.requests[1] == ({"t": [(1, 10, 100), (2, 20, 100), (3, 30, 100),
-                                           (4, 40, 100)]}, 400)  # fmt: skip
+        assert conn.requests[1] == (
+            {"t": [(1, 10, 100), (2, 20, 100), (3, 30, 100), (4, 40, 100)]},
+            400,
+        )
     finally:
         lane.close()
 
@@ -193,8 +197,9 @@ def test_cancelled_asks_are_dropped_unsent() -> None:
         assert records(kept) == b"t/1@0"
         with pytest.raises(ClusterError, match="copy stopped"):
             stopped.result(5)
-        assert all(("t", 0) not in {("t", p) for p, _o, _m in w.get("t", [])}
-                   for w, _m in conn.requests)  # fmt: skip
+        assert all(
+            ("t", 0) not in {("t", p) for p, _o, _m in w.get("t", [])} for w, _m in conn.requests
+        )
     finally:
         lane.close()
 

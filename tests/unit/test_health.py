@@ -18,8 +18,17 @@ from partsync.ui.metrics import LiveMetrics, serve_metrics
 from tests.support.http import http_get as _get
 
 # A follower 1000 s into its life that ticked and progressed just now, owning 2 planned partitions.
-FINE = HealthFacts(now=1000.0, started=0.0, in_group=True, joined=True, assigned=True,
-                   unplanned=0, owned=2, last_tick=999.0, last_progress=999.5)  # fmt: skip
+FINE = HealthFacts(
+    now=1000.0,
+    started=0.0,
+    in_group=True,
+    joined=True,
+    assigned=True,
+    unplanned=0,
+    owned=2,
+    last_tick=999.0,
+    last_progress=999.5,
+)
 LATE = 1000.0 - STALL_S - 1  # just beyond the bound
 
 

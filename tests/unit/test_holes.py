@@ -33,8 +33,9 @@ def test_a_hole_record_is_a_keyed_tombstone_with_the_marking_header() -> None:
 
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_a_batch_with_inner_holes_gets_a_hole_record_at_each_missing_offset(codec: str) -> None:
-    source = parse(build(4, base_offset=1000, codec=codec, offsets=[0, 2, 3, 7],
-                         producer=(42, 3, 17)))  # fmt: skip
+    source = parse(
+        build(4, base_offset=1000, codec=codec, offsets=[0, 2, 3, 7], producer=(42, 3, 17))
+    )
     assert missing_deltas(source) == [1, 4, 5, 6]
     out = fill_inner_holes(source, key=b"hole")
     assert out is not None
@@ -43,8 +44,16 @@ def test_a_batch_with_inner_holes_gets_a_hole_record_at_each_missing_offset(code
     assert (filled.record_count, filled.last_offset_delta) == (8, 7)
     assert missing_deltas(filled) == []
     # Every header field is the source's but the count, the length and the CRC.
-    for name in ("base_offset", "attributes", "base_timestamp", "max_timestamp", "producer_id",
-                 "producer_epoch", "base_sequence", "partition_leader_epoch"):  # fmt: skip
+    for name in (
+        "base_offset",
+        "attributes",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "partition_leader_epoch",
+    ):
         assert getattr(filled, name) == getattr(source, name), name
     kept = {r.offset: r for r in decode_records(source)}
     records = decode_records(filled)
@@ -119,8 +128,9 @@ def _compacted(raw: bytes, drop: set[int]) -> Batch:
 
     batch = Batch.parse(memoryview(raw))
     kept = [rec for d, _ts, rec in _split(records_section(batch)) if d not in drop]
-    return Batch.parse(memoryview(seal(batch.data, compress(batch.attributes & 7, b"".join(kept)),
-                                       len(kept))))  # fmt: skip
+    return Batch.parse(
+        memoryview(seal(batch.data, compress(batch.attributes & 7, b"".join(kept)), len(kept)))
+    )
 
 
 def test_copies_of_a_batch_compacted_differently_agree() -> None:
@@ -163,14 +173,24 @@ def test_a_clusters_batches_read_as_a_filled_mirror_holds_them() -> None:
         return Batch.parse(memoryview(bytes(raw))).digest()
 
     assert [(b.base_offset, b.last_offset) for b in out] == [
-        (0, 1), (2, 4), (5, 9), (10, 13), (14, 17), (18, 19), (20, 21)]  # fmt: skip
+        (0, 1),
+        (2, 4),
+        (5, 9),
+        (10, 13),
+        (14, 17),
+        (18, 19),
+        (20, 21),
+    ]
     assert out[0].digest() == hole_at(0, 2, first.base_timestamp)
     assert out[1] is first and out[6] is after
     filled = fill_inner_holes(holey, b"k")
     assert filled is not None and out[2].digest() == Batch.parse(memoryview(filled)).digest()
     # Stamped like the batch before the gap, in batches of at most 4 (as sync's --filler-records).
-    assert [b.digest() for b in out[3:6]] == [hole_at(10, 4, holey.max_timestamp),
-        hole_at(14, 4, holey.max_timestamp), hole_at(18, 2, holey.max_timestamp)]  # fmt: skip
+    assert [b.digest() for b in out[3:6]] == [
+        hole_at(10, 4, holey.max_timestamp),
+        hole_at(14, 4, holey.max_timestamp),
+        hole_at(18, 2, holey.max_timestamp),
+    ]
     assert counter == [5]
 
 

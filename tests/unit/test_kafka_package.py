@@ -8,13 +8,19 @@ import subprocess
 import sys
 
 # kafka-python's client: what its package __init__ imports and partsync never needs.
-_CLIENT = ("kafka.net", "kafka.admin", "kafka.consumer", "kafka.producer",
-           "kafka.protocol.broker_version_data")  # fmt: skip
+_CLIENT = (
+    "kafka.net",
+    "kafka.admin",
+    "kafka.consumer",
+    "kafka.producer",
+    "kafka.protocol.broker_version_data",
+)
 
 
 def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -18,9 +18,13 @@ TOPIC_ID = uuid.UUID("7c7fa1d0-8dbf-48f5-8c3a-976a1bc34a57")
 
 def test_a_join_heartbeat_encodes_as_kafka_reads_it() -> None:
     req = ConsumerGroupHeartbeatRequest(
-        group_id="g", member_id="", member_epoch=0, rebalance_timeout_ms=1000,
-        subscribed_topic_names=["t"], topic_partitions=[],
-    )  # fmt: skip
+        group_id="g",
+        member_id="",
+        member_epoch=0,
+        rebalance_timeout_ms=1000,
+        subscribed_topic_names=["t"],
+        topic_partitions=[],
+    )
     req.API_VERSION = 0
     assert ConsumerGroupHeartbeatRequest.API_KEY == 68
     assert bytes(req.encode(header=False)) == (

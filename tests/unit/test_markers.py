@@ -20,15 +20,28 @@ CONTROL = 0x30  # control + transactional, as a coordinator writes a marker
 
 
 def _record(key: bytes, value: bytes) -> bytes:
-    body = (b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(len(key)) + key
-            + encode_varint(len(value)) + value + encode_varint(0))  # fmt: skip
+    body = (
+        b"\x00"
+        + encode_varint(0)
+        + encode_varint(0)
+        + encode_varint(len(key))
+        + key
+        + encode_varint(len(value))
+        + value
+        + encode_varint(0)
+    )
     return encode_varint(len(body)) + body
 
 
 def marker(
-    kind: int, *, offset: int = 40, epoch: int = 0, producer: tuple[int, int] = (7, 0),
-    ts: int = TS, version: int = 0,
-) -> Batch:  # fmt: skip
+    kind: int,
+    *,
+    offset: int = 40,
+    epoch: int = 0,
+    producer: tuple[int, int] = (7, 0),
+    ts: int = TS,
+    version: int = 0,
+) -> Batch:
     """A marker as a coordinator writes it: one control record, key (version, type), value
     (version, coordinator epoch)."""
     record = _record(struct.pack(">hh", version, kind), struct.pack(">hi", 0, epoch))

@@ -12,9 +12,19 @@ def _round(
 ) -> PartitionResult:
     nbytes = batches * 100
     by_source = {"a": nbytes} if batches else {}
-    return PartitionResult("t", 0, status, before, after, 1500, batches=batches, bytes=nbytes,
-                           bytes_by_source=by_source,
-                           batches_by_source={"a": batches} if batches else {}, **kw)  # type: ignore[arg-type]  # fmt: skip
+    return PartitionResult(
+        "t",
+        0,
+        status,
+        before,
+        after,
+        1500,
+        batches=batches,
+        bytes=nbytes,
+        bytes_by_source=by_source,
+        batches_by_source={"a": batches} if batches else {},
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_counts_add_up_and_the_run_starts_where_the_first_round_did() -> None:
@@ -23,8 +33,11 @@ def test_counts_add_up_and_the_run_starts_where_the_first_round_did() -> None:
     m = merge_results(failed, done)
     assert (m.status, m.local_end_before, m.local_end_after) == (Status.SYNCED, 0, 1500)
     assert (m.batches, m.bytes, m.bytes_by_source, m.batches_by_source) == (
-        15, 1500, {"a": 1500}, {"a": 15},
-    )  # fmt: skip
+        15,
+        1500,
+        {"a": 1500},
+        {"a": 15},
+    )
 
 
 def test_a_last_round_in_sync_after_own_appends_is_synced() -> None:
@@ -56,16 +69,19 @@ def test_nothing_moved_stays_in_sync_and_errors_stay_errors() -> None:
         Status.IN_SYNC
     )
     stop = StoppedError("stopped")
-    m = merge_results(_round(Status.SYNCED, 0, 10, 1),
-                      _round(Status.ERROR, 10, 12, 1, reason="stopped", error=stop))  # fmt: skip
+    m = merge_results(
+        _round(Status.SYNCED, 0, 10, 1),
+        _round(Status.ERROR, 10, 12, 1, reason="stopped", error=stop),
+    )
     assert m.status is Status.ERROR and m.error is stop and m.batches == 2
 
 
 def test_an_unanswered_append_that_landed_is_this_processs_own() -> None:
     """A connection was cut with the append of 1400..1500 unanswered; it had landed, so the
     next round found the partition in sync at 1500: synced, not handed over."""
-    cut = _round(Status.ERROR, 0, 1400, 14, reason="lost", error=ClusterError("lost"),
-                 unconfirmed_end=1500)  # fmt: skip
+    cut = _round(
+        Status.ERROR, 0, 1400, 14, reason="lost", error=ClusterError("lost"), unconfirmed_end=1500
+    )
     m = merge_results(cut, _round(Status.IN_SYNC, 1500, 1500))
     assert (m.status, m.reason) == (Status.SYNCED, None)
     assert (m.local_end_before, m.local_end_after) == (0, 1500)

@@ -48,13 +48,31 @@ def lb(partition: int | None = None, topic: str = "orders", **more: str) -> Labe
 
 NONE: Labels = frozenset()
 
-SYNCED = PartitionResult("orders", 0, Status.SYNCED, 10, 110, 110, batches=4, bytes=4096,
-                         bytes_by_source={"dc2": 1000, "dc3": 3096})  # fmt: skip
+SYNCED = PartitionResult(
+    "orders",
+    0,
+    Status.SYNCED,
+    10,
+    110,
+    110,
+    batches=4,
+    bytes=4096,
+    bytes_by_source={"dc2": 1000, "dc3": 3096},
+)
 UNSAFE = PartitionResult("orders", 1, Status.UNSAFE, 50, 50, 90, reason="divergent")
 FAILED = PartitionResult("orders", 0, Status.ERROR, 110, 110, 200, reason="unreachable")
-BIG = PartitionResult("orders", 0, Status.SYNCED, 0, 1_000_000, 1_000_000, batches=123_457,
-                      bytes=123_456_789, bytes_by_source={"dc2": 123_456_789},
-                      batches_by_source={"dc2": 123_457})  # fmt: skip
+BIG = PartitionResult(
+    "orders",
+    0,
+    Status.SYNCED,
+    0,
+    1_000_000,
+    1_000_000,
+    batches=123_457,
+    bytes=123_456_789,
+    bytes_by_source={"dc2": 123_456_789},
+    batches_by_source={"dc2": 123_457},
+)
 
 
 def test_metrics_cover_lag_bytes_by_source_verified_appends_and_status() -> None:
@@ -107,8 +125,10 @@ def test_last_success_is_read_from_older_and_damaged_files(tmp_path: Path) -> No
     path = tmp_path / "partsync.prom"
     assert read_last_success(path) == {}  # no file yet
     # Written by an older partsync (labels unsorted, %g values), with a damaged line after it.
-    path.write_text('partsync_last_success_timestamp_seconds{topic="a\\"b",partition="3"} 1.5e+09\n'
-                    "partsync_run_exit_code{ 0\n")  # fmt: skip
+    path.write_text(
+        'partsync_last_success_timestamp_seconds{topic="a\\"b",partition="3"} 1.5e+09\n'
+        "partsync_run_exit_code{ 0\n"
+    )
     assert read_last_success(path) == {('a"b', 3): 1.5e9}
 
 
@@ -134,9 +154,19 @@ def test_label_values_are_escaped() -> None:
 
 def test_bytes_lag_is_estimated_from_the_bytes_per_offset_copied() -> None:
     # 40 offsets copied for 4000 bytes (100 B/offset); 60 offsets still missing.
-    behind = PartitionResult("orders", 2, Status.ERROR, 0, 40, 100, batches=2, bytes=4000,
-                             bytes_by_source={"dc2": 4000}, batches_by_source={"dc2": 2},
-                             reason="deadline")  # fmt: skip
+    behind = PartitionResult(
+        "orders",
+        2,
+        Status.ERROR,
+        0,
+        40,
+        100,
+        batches=2,
+        bytes=4000,
+        bytes_by_source={"dc2": 4000},
+        batches_by_source={"dc2": 2},
+        reason="deadline",
+    )
     m = samples(render_metrics(report(behind, UNSAFE), 4, now=1.0))
     assert m[("partsync_partition_lag_bytes", lb(2))] == 6000
     assert m[("partsync_copied_batches", lb(2, source="dc2"))] == 2
@@ -151,8 +181,20 @@ def _live() -> LiveMetrics:
     m.set_owned([("orders", 0)])
     m.observe_plan(plan_partition("orders", 0, Bounds(0, 10), {"dc2": Bounds(0, 110)}))
     m.observe(SYNCED)  # 10 -> 110, 4 batches, 4096 bytes
-    m.observe(PartitionResult("orders", 0, Status.SYNCED, 110, 130, 130, batches=1, bytes=500,
-                              bytes_by_source={"dc2": 500}, batches_by_source={"dc2": 1}))  # fmt: skip
+    m.observe(
+        PartitionResult(
+            "orders",
+            0,
+            Status.SYNCED,
+            110,
+            130,
+            130,
+            batches=1,
+            bytes=500,
+            bytes_by_source={"dc2": 500},
+            batches_by_source={"dc2": 1},
+        )
+    )
     m.source_high_watermark("dc2", "orders", 0, 150)  # the tail saw more arrive
     return m
 

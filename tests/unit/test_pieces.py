@@ -14,8 +14,13 @@ NEVER = threading.Event()
 
 
 def _pieces(chunks: tuple[Chunk, ...], connections: int = 4, in_flight: int = 4) -> Pieces:
-    return Pieces(chunks, connections=connections, in_flight=in_flight, fetch_bytes=8 << 20,
-                  probe_bytes=1 << 20)  # fmt: skip
+    return Pieces(
+        chunks,
+        connections=connections,
+        in_flight=in_flight,
+        fetch_bytes=8 << 20,
+        probe_bytes=1 << 20,
+    )
 
 
 def _no_stop() -> None:

@@ -372,8 +372,9 @@ def test_missing_and_to_dict() -> None:
 
 
 def test_bootstrap_can_be_switched_off() -> None:
-    plan = plan_partition(T, P, Bounds(0, 0), {"a": Bounds(1000, 2000)},
-                          PlanPolicy(bootstrap=False))  # fmt: skip
+    plan = plan_partition(
+        T, P, Bounds(0, 0), {"a": Bounds(1000, 2000)}, PlanPolicy(bootstrap=False)
+    )
     assert plan.condition is Condition.UNSAFE and "no source holds offsets 0..1000" in str(
         plan.reason
     )

@@ -40,8 +40,7 @@ class Stand:
 
 
 def _plan(monkeypatch: pytest.MonkeyPatch, local: Stand, *sources: Stand) -> Any:
-    monkeypatch.setattr(planner, "read_log_ends",
-                        lambda c, t, parts: dict.fromkeys(parts, 0))  # fmt: skip
+    monkeypatch.setattr(planner, "read_log_ends", lambda c, t, parts: dict.fromkeys(parts, 0))
     refs = {s.name: ClusterRef(s.name, (("127.0.0.1", 9),)) for s in (local, *sources)}
     pool = ClusterPool()
     pool._clusters.update({s.name: s for s in (local, *sources)})  # type: ignore[misc]

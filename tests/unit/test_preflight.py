@@ -83,10 +83,16 @@ def test_report_exit_status_counts_missing_and_unreachable_not_unknown() -> None
     doc = report.to_dict()
     assert doc["ok"] is False and doc["problems"] == 2 and doc["exit_code"] == 1
     assert doc["clusters"][1] == {  # type: ignore[index]
-        "cluster": "b", "role": "source", "bootstrap": "h:2", "reachable": False,
-        "error": "cannot connect", "broker_version": None, "brokers": 0, "ok": False,
+        "cluster": "b",
+        "role": "source",
+        "bootstrap": "h:2",
+        "reachable": False,
+        "error": "cannot connect",
+        "broker_version": None,
+        "brokers": 0,
+        "ok": False,
         "findings": [],
-    }  # fmt: skip
+    }
 
 
 def test_jwt_subject_names_the_principal_without_verifying() -> None:

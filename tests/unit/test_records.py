@@ -255,9 +255,23 @@ def test_record_digest_ignores_batch_layout() -> None:
 def test_pure_layers_import_no_network_or_kafka_module() -> None:
     # What the modules import themselves (crc32c pulls socket in through importlib.metadata, so
     # sys.modules alone cannot tell).
-    allowed = {"__future__", "functools", "gzip", "hashlib", "struct", "zlib", "collections.abc", "dataclasses",
-               "typing", "lz4.frame", "snappy", "zstandard", "partsync.wire.batch", "partsync.errors",
-               "partsync.wire.records"}  # fmt: skip
+    allowed = {
+        "__future__",
+        "functools",
+        "gzip",
+        "hashlib",
+        "struct",
+        "zlib",
+        "collections.abc",
+        "dataclasses",
+        "typing",
+        "lz4.frame",
+        "snappy",
+        "zstandard",
+        "partsync.wire.batch",
+        "partsync.errors",
+        "partsync.wire.records",
+    }
     for name in ("records", "digest"):
         tree = ast.parse(
             (Path(__file__).parents[2] / "partsync" / "wire" / f"{name}.py").read_text()

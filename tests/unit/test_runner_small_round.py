@@ -42,11 +42,23 @@ class Owned:
 def _runner(
     round_parts: tuple[tuple[str, int], ...] = (P0,), observer: Any = None
 ) -> tuple[PartitionRunner, _SmallRound]:
-    tasks = [PartitionTask(plan_partition("t", p, Bounds(0, 0), {"x": Bounds(0, 1)}), (REF,), REF,
-                           CopyOptions(), LocalTopicRules(), retries=0) for p in (0, 1)]  # fmt: skip
+    tasks = [
+        PartitionTask(
+            plan_partition("t", p, Bounds(0, 0), {"x": Bounds(0, 1)}),
+            (REF,),
+            REF,
+            CopyOptions(),
+            LocalTopicRules(),
+            retries=0,
+        )
+        for p in (0, 1)
+    ]
     runner = PartitionRunner(tasks, NoClusters(), RunOptions(), observer=observer)  # type: ignore[arg-type]
-    job = _SmallRound(set(round_parts), {tp: threading.Event() for tp in round_parts},
-                      {tp: threading.Event() for tp in round_parts})  # fmt: skip
+    job = _SmallRound(
+        set(round_parts),
+        {tp: threading.Event() for tp in round_parts},
+        {tp: threading.Event() for tp in round_parts},
+    )
     runner._small = job
     return runner, job
 

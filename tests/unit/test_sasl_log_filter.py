@@ -17,8 +17,15 @@ def test_kafka_pythons_per_connection_warning_is_filtered() -> None:
     for module in (kafka.net.sasl.plain, kafka.net.sasl.scram):
         assert "in the clear" in inspect.getsource(module)  # what kafka-python says
         assert module.log.name == module.__name__  # where it says it
-        record = logging.LogRecord(module.__name__, logging.WARNING, "", 0,
-                                   "Exchanging credentials in the clear", None, None)  # fmt: skip
+        record = logging.LogRecord(
+            module.__name__,
+            logging.WARNING,
+            "",
+            0,
+            "Exchanging credentials in the clear",
+            None,
+            None,
+        )
         assert not module.log.filter(record)
         other = logging.LogRecord(module.__name__, logging.WARNING, "", 0, "other", None, None)
         assert module.log.filter(other)

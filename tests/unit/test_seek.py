@@ -35,7 +35,7 @@ def _log() -> list[Batch]:
         (1000, 2, 2),  # from where the search starts (Kafka's hint)
         (1000, 5, 5),
     ],
-)  # fmt: skip
+)
 def test_the_first_data_record_at_or_after_a_time(
     timestamp: int, start: int, offset: int | None
 ) -> None:

@@ -37,11 +37,13 @@ def test_copies_that_need_more_than_one_fetch_or_a_check_do_not_fit() -> None:
     assert not fits_small(_plan(Bounds(0, 2), a=Bounds(0, 3)))  # a local batch to compare with
     assert not fits_small(_plan(EMPTY, a=Bounds(5, 8)))  # a bootstrap (fillers first)
     # Two sources serve: they must be compared at the chunks' boundary first.
-    two = plan_partition("t", 0, EMPTY, {"a": Bounds(0, 150), "b": Bounds(0, 150)},
-                         PlanPolicy(chunk_offsets=100))  # fmt: skip
+    two = plan_partition(
+        "t", 0, EMPTY, {"a": Bounds(0, 150), "b": Bounds(0, 150)}, PlanPolicy(chunk_offsets=100)
+    )
     assert len(two.serving) == 2 and not fits_small(two)
-    big = plan_partition("t", 0, EMPTY, {"a": Bounds(0, SMALL_OFFSETS + 1)},
-                         PlanPolicy(chunk_offsets=10**6))  # fmt: skip
+    big = plan_partition(
+        "t", 0, EMPTY, {"a": Bounds(0, SMALL_OFFSETS + 1)}, PlanPolicy(chunk_offsets=10**6)
+    )
     assert not fits_small(big)
     assert not fits_small(_plan(Bounds(0, 3), a=Bounds(0, 3)))  # in sync
 
@@ -60,9 +62,15 @@ def _task(
 ) -> PartitionTask:
     plan = plan_partition("t", p, EMPTY, {"a": Bounds(0, end)})
     ref = ClusterRef("x", (("127.0.0.1", 1),))
-    return PartitionTask(plan, (ref,), ref, opts, LocalTopicRules(),
-                         planned_at=time.monotonic() if fresh else None,
-                         planned_in=os.getpid())  # fmt: skip
+    return PartitionTask(
+        plan,
+        (ref,),
+        ref,
+        opts,
+        LocalTopicRules(),
+        planned_at=time.monotonic() if fresh else None,
+        planned_in=os.getpid(),
+    )
 
 
 def test_taken_together_only_when_enough_fit_and_were_planned_moments_ago() -> None:
@@ -94,8 +102,10 @@ def test_a_bug_while_copying_hands_every_partition_back_and_frees_its_memory() -
     opts = CopyOptions(memory_budget=(3 << 20) + 4099)  # a budget of this test's own
     fenced: Future[ProducerSession | None] = Future()
     fenced.set_result(None)
-    copies = [SmallCopy(plan_partition("t", p, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(),
-                        fenced) for p in range(3)]  # fmt: skip
+    copies = [
+        SmallCopy(plan_partition("t", p, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(), fenced)
+        for p in range(3)
+    ]
     out = copy_small(copies, {"a": _Bug()}, None, opts)  # type: ignore[arg-type, dict-item]
     assert out == {("t", 0): None, ("t", 1): None, ("t", 2): None}
     assert shared_budget(opts.memory_budget, 4 * opts.fetch_bytes).used == 0
@@ -124,8 +134,9 @@ def test_a_stopped_partition_settles_only_once_its_fence_has_answered() -> None:
     fence: Future[ProducerSession | None] = Future()
     stop = threading.Event()
     stop.set()
-    copy = SmallCopy(plan_partition("t", 0, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(),
-                     fence, stop)  # fmt: skip
+    copy = SmallCopy(
+        plan_partition("t", 0, EMPTY, {"a": Bounds(0, 3)}), LocalTopicRules(), fence, stop
+    )
     out = copy_small([copy], {}, None, CopyOptions())  # type: ignore[arg-type]
     assert out == {("t", 0): None} and not copy.settled.is_set()
     fence.set_result(None)

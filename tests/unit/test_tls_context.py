@@ -13,8 +13,9 @@ from tests.support.tls import TestCA
 def test_connections_share_a_context_until_a_certificate_file_is_replaced(tmp_path: Path) -> None:
     ca = TestCA(tmp_path / "ca")
     client = ca.issue("client", client=True)
-    sec = Security("SSL", ssl_cafile=str(ca.cert), ssl_certfile=str(client.cert),
-                   ssl_keyfile=str(client.key))  # fmt: skip
+    sec = Security(
+        "SSL", ssl_cafile=str(ca.cert), ssl_certfile=str(client.cert), ssl_keyfile=str(client.key)
+    )
     first = _ssl_context(sec)
     first_mtime = client.cert.stat().st_mtime_ns
     assert _ssl_context(sec) is first

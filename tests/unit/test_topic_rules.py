@@ -29,22 +29,28 @@ def test_kafka_defaults_set_no_timestamp_limit_and_no_key_check() -> None:
 
 
 def test_timestamp_limits_are_read_as_kafka_applies_them() -> None:
-    explicit, _ = rules_from({
-        "message.timestamp.before.max.ms": str(DAY),
-        "message.timestamp.after.max.ms": str(HOUR),
-    })  # fmt: skip
+    explicit, _ = rules_from(
+        {
+            "message.timestamp.before.max.ms": str(DAY),
+            "message.timestamp.after.max.ms": str(HOUR),
+        }
+    )
     assert (explicit.timestamp_before_max_ms, explicit.timestamp_after_max_ms) == (DAY, HOUR)
     # Kafka 3.x: the deprecated difference.max.ms applies while before/after are at Long.MAX.
-    legacy, _ = rules_from({
-        "message.timestamp.before.max.ms": str(UNLIMITED_MS),
-        "message.timestamp.difference.max.ms": str(2 * DAY),
-    })  # fmt: skip
+    legacy, _ = rules_from(
+        {
+            "message.timestamp.before.max.ms": str(UNLIMITED_MS),
+            "message.timestamp.difference.max.ms": str(2 * DAY),
+        }
+    )
     assert (legacy.timestamp_before_max_ms, legacy.timestamp_after_max_ms) == (2 * DAY, 2 * DAY)
-    unlimited, _ = rules_from({
-        "message.timestamp.before.max.ms": str(UNLIMITED_MS),
-        "message.timestamp.after.max.ms": str(UNLIMITED_MS),
-        "message.timestamp.difference.max.ms": str(UNLIMITED_MS),
-    })  # fmt: skip
+    unlimited, _ = rules_from(
+        {
+            "message.timestamp.before.max.ms": str(UNLIMITED_MS),
+            "message.timestamp.after.max.ms": str(UNLIMITED_MS),
+            "message.timestamp.difference.max.ms": str(UNLIMITED_MS),
+        }
+    )
     assert unlimited.timestamp_before_max_ms is None
     assert unlimited.timestamp_after_max_ms is None
 
@@ -135,8 +141,9 @@ def test_the_result_tells_which_copied_offsets_the_local_retention_deletes() -> 
     from partsync.copy.partition import copy_result
     from partsync.plan.comparator import Bounds, Chunk, Condition, PartitionPlan
 
-    plan = PartitionPlan("t", 0, Bounds(0, 0), {"a": Bounds(0, 9)}, Condition.BEHIND, 9,
-                         (Chunk(0, 9, "a"),))  # fmt: skip
+    plan = PartitionPlan(
+        "t", 0, Bounds(0, 0), {"a": Bounds(0, 9)}, Condition.BEHIND, 9, (Chunk(0, 9, "a"),)
+    )
     local: Any = SimpleNamespace(name="dc-local")
     ctx = CopyContext(plan, {}, local, CopyOptions(), LocalTopicRules(retention_ms=DAY), None, None)
     for base in (0, 3, 6):  # build()'s timestamps are from 2023: all past one day
@@ -179,7 +186,7 @@ def test_no_record_may_use_the_hole_records_key_in_a_compacted_local_topic() -> 
         (100_000_000, 5_000_000, 0),  # a limit reaching before 1970
         (1_000_000, -1, 9_060_000),  # a first batch without timestamps
     ],
-)  # fmt: skip
+)
 def test_fillers_are_stamped_as_old_as_the_local_topic_accepts(
     before_max_ms: int | None, first_ts: int, stamp: int
 ) -> None:

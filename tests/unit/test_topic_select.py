@@ -17,20 +17,29 @@ def _sel(named: tuple[str, ...] = (), pats: tuple[str, ...] = (), excl: tuple[st
 
 
 def test_patterns_match_whole_names_on_any_source_after_the_named_ones() -> None:
-    assert select_topics(_sel(("x",), ("orders.*",)), ON) == ["x", "orders", "orders-eu",
-                                                              "orders.dlq"]  # fmt: skip
+    assert select_topics(_sel(("x",), ("orders.*",)), ON) == [
+        "x",
+        "orders",
+        "orders-eu",
+        "orders.dlq",
+    ]
     assert select_topics(_sel(pats=("order",)), {"a": ["orders"], "b": ["order"]}) == ["order"]
 
 
 def test_exclusions_apply_to_matches_and_named_topics() -> None:
     assert select_topics(_sel(("payments",), ("orders.*",), (r".*\.dlq", "pay.*")), ON) == [
-        "orders", "orders-eu"]  # fmt: skip
+        "orders",
+        "orders-eu",
+    ]
 
 
 def test_internal_topics_only_when_named() -> None:
     assert "__consumer_offsets" not in select_topics(_sel(pats=(".*",)), ON)
     assert select_topics(_sel(("__consumer_offsets",), (".*",), (".*s$",)), ON) == [
-        "orders-eu", "orders.dlq", "x"]  # fmt: skip
+        "orders-eu",
+        "orders.dlq",
+        "x",
+    ]
 
 
 def test_nothing_selected_is_an_error_naming_the_sources_and_patterns() -> None:

@@ -111,8 +111,7 @@ class Bootstrap:
         if len(self.requests) <= self.busy:
             return {k: (ErrorCode.COORDINATOR_NOT_AVAILABLE, None) for k in keys}
         # One id's coordinator keeps failing for good: it is left to its partition.
-        return {k: (_TXN_ID_DENIED, None) if k == "denied"
-                else (0, NEW) for k in keys}  # fmt: skip
+        return {k: (_TXN_ID_DENIED, None) if k == "denied" else (0, NEW) for k in keys}
 
 
 def test_ids_whose_coordinator_is_not_available_yet_are_looked_up_again_together() -> None:
@@ -141,8 +140,12 @@ class Staggered(Bootstrap):
     def find_coordinators(self, keys: list[str], key_type: int) -> dict[str, Any]:
         self.requests.append(list(keys))
         late = len(self.requests) == 1
-        return {k: (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
-                if late and int(k.rsplit(":", 1)[1]) % 2 else (0, NEW) for k in keys}  # fmt: skip
+        return {
+            k: (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
+            if late and int(k.rsplit(":", 1)[1]) % 2
+            else (0, NEW)
+            for k in keys
+        }
 
 
 def test_only_the_keys_still_missing_are_asked_again() -> None:
@@ -254,6 +257,10 @@ def test_the_small_rounds_fence_again_one_by_one_where_fencing_together_failed()
     _fence_all(tasks, local, stops, fences)  # type: ignore[arg-type]
     got = {k[1]: f.result(0) for k, f in fences.items()}
     assert {p: (s.producer_id, s.epoch) for p, s in got.items() if s} == {
-        0: (7, 1), 1: (8, 2), 2: (7, 1), 3: (8, 2)}  # fmt: skip
+        0: (7, 1),
+        1: (8, 2),
+        2: (7, 1),
+        3: (8, 2),
+    }
     assert got[4] is None
     assert sorted(local.one_by_one) == ["partsync:t:1", "partsync:t:3"]

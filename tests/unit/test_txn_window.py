@@ -21,11 +21,19 @@ def test_appends_go_at_once_until_a_transaction_begins_and_together_at_its_end()
     assert w.take("t2", _txn(5, pid=2), 10) == []
     assert w.take("end1", marker(COMMIT, offset=7, producer=(1, 0)), 5) == []
     assert w.take("end2", marker(COMMIT, offset=8, producer=(2, 0)), 5) == [
-        "t1", "holes", "t2", "end1", "end2",
-    ]  # fmt: skip
+        "t1",
+        "holes",
+        "t2",
+        "end1",
+        "end2",
+    ]
     assert (w.holding, w.held_bytes, w.open, w.most_open, w.most_held_bytes) == (
-        False, 0, {}, 2, 30,
-    )  # fmt: skip
+        False,
+        0,
+        {},
+        2,
+        30,
+    )
 
 
 def test_one_transaction_too_many_is_refused_where_it_begins() -> None:
@@ -85,8 +93,14 @@ def _rule(
         asked.append("deadline")
         return None if source is None else source[1]
 
-    rule = HoldRule(resumable, 900_000, stable_end, clock=lambda: 10_000_000,
-                    source_timeout=timeout, source_deadline=deadline)  # fmt: skip
+    rule = HoldRule(
+        resumable,
+        900_000,
+        stable_end,
+        clock=lambda: 10_000_000,
+        source_timeout=timeout,
+        source_deadline=deadline,
+    )
     return rule, asked
 
 
@@ -106,7 +120,7 @@ def _rule(
         (True, None, 9_099_989, 500, True, ["timeout", "lso"]),
         (True, None, 0, 50, False, ["timeout", "lso"]),  # old, but ended (below the LSO)
     ],
-)  # fmt: skip
+)
 def test_which_transactions_are_held(
     resumable: bool,
     source: tuple[int, int] | None,

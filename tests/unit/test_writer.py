@@ -238,8 +238,9 @@ def test_future_callback_runs_once_in_the_answering_thread_before_done() -> None
 
     fut = ProduceFuture()
     seen: list[tuple[str, bool, int | None]] = []
-    fut.on_done(lambda f: seen.append((threading.current_thread().name, f.done(),
-                                       f.outcome().base_offset)))  # fmt: skip
+    fut.on_done(
+        lambda f: seen.append((threading.current_thread().name, f.done(), f.outcome().base_offset))
+    )
     answer = ProducedPartition(0, 0, 7, 0, None)
     t = threading.Thread(target=fut.set, args=(answer,), name="answering")
     t.start()
