@@ -17,7 +17,7 @@ come from ``pack_partitions`` partitions or hold ``pack_bytes``, or always where
 holds the next request until the throttle time has passed.
 
 Once the connection fails, every item not yet answered fails with that error and the pipeline
-is ``broken``: its owner replaces it (``Cluster._shared``).
+is ``broken``: its owner replaces it (``SharedPipelines._shared``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Topic administration on one cluster: the configs that decide byte identity, creating a topic
-(the apply step of ``--create-missing``) and growing one whose sources gained partitions."""
+(the apply step of ``--create-missing``), growing one whose sources gained partitions, and
+moving a partition's log start (DeleteRecords)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from partsync._kafka.codes import ErrorCode, error_name
-from partsync.errors import ClusterError, TopicError
+from partsync._kafka.codes import ErrorCode, broker_error, error_name
+from partsync.errors import ClusterError, TopicError, UnsafeError
+from partsync.io.bounds import BoundsReader
+from partsync.io.connections import Connections
+from partsync.io.metadata import MetadataCache
 from partsync.plan.topic_rules import (
     IDENTITY_CONFIGS,
     KAFKA_TOPIC_DEFAULTS,
@@ -15,119 +17,170 @@ from partsync.plan.topic_rules import (
 )
 from partsync.retry import Backoff
 
-if TYPE_CHECKING:
-    from partsync._kafka import Connection
-    from partsync.io.cluster import Cluster
-
-__all__ = ["create_topic", "grow_topic", "topic_configs"]
+__all__ = ["TopicAdmin"]
 
 
-def topic_configs(cluster: Cluster, topic: str) -> tuple[dict[str, str], list[str]]:
-    """The identity-relevant topic configs (plus retention and timestamp limits, where
-    reported) and warnings
-    about what could not be read.
+class TopicAdmin:
+    def __init__(self, conns: Connections, meta: MetadataCache, reader: BoundsReader) -> None:
+        self.name = conns.name
+        self._conns = conns
+        self._meta = meta
+        self._reader = reader
 
-    Identity keys a broker does not report are filled with Apache Kafka's defaults, with a
-    warning.
-    """
-    warnings: list[str] = []
-    info = cluster.topic(topic)
-    if info is None:
-        raise TopicError("topic does not exist", cluster=cluster.name, topic=topic)
-    leader = next(iter(info.leaders.values()))
-    try:
-        raw = cluster.broker_conn(leader).describe_topic_configs(topic)
-    except ClusterError as e:
-        # Some brokers drop the connection on DescribeConfigs (a Tansu quirk); broker_conn()
-        # replaces the closed connection on the next request.
-        warnings.append(
-            f"cluster {cluster.name}: could not read configs of topic {topic} ({e.reason}); "
-            "assuming Apache Kafka defaults (compression.type=producer, CreateTime)"
-        )
-        return dict(KAFKA_TOPIC_DEFAULTS), warnings
-    out: dict[str, str] = {}
-    missing = []
-    for key in IDENTITY_CONFIGS:
-        value = raw.get(key)
-        if value is None:
-            missing.append(key)
-            out[key] = KAFKA_TOPIC_DEFAULTS[key]
-        else:
-            out[key] = value
-    for key in (*RETENTION_CONFIGS, *TIMESTAMP_CONFIGS):
-        if raw.get(key) is not None:
-            out[key] = str(raw[key])
-    if missing:
-        warnings.append(
-            f"cluster {cluster.name}: topic {topic} does not report {', '.join(missing)}; "
-            "assuming Apache Kafka defaults"
-        )
-    return out, warnings
+    def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
+        """The identity-relevant topic configs (plus retention and timestamp limits, where
+        reported) and warnings
+        about what could not be read.
 
+        Identity keys a broker does not report are filled with Apache Kafka's defaults, with a
+        warning.
+        """
+        warnings: list[str] = []
+        info = self._meta.topic(topic)
+        if info is None:
+            raise TopicError("topic does not exist", cluster=self.name, topic=topic)
+        leader = next(iter(info.leaders.values()))
+        try:
+            raw = self._conns.broker_conn(leader).describe_topic_configs(topic)
+        except ClusterError as e:
+            # Some brokers drop the connection on DescribeConfigs (a Tansu quirk); broker_conn()
+            # replaces the closed connection on the next request.
+            warnings.append(
+                f"cluster {self.name}: could not read configs of topic {topic} ({e.reason}); "
+                "assuming Apache Kafka defaults (compression.type=producer, CreateTime)"
+            )
+            return dict(KAFKA_TOPIC_DEFAULTS), warnings
+        out: dict[str, str] = {}
+        missing = []
+        for key in IDENTITY_CONFIGS:
+            value = raw.get(key)
+            if value is None:
+                missing.append(key)
+                out[key] = KAFKA_TOPIC_DEFAULTS[key]
+            else:
+                out[key] = value
+        for key in (*RETENTION_CONFIGS, *TIMESTAMP_CONFIGS):
+            if raw.get(key) is not None:
+                out[key] = str(raw[key])
+        if missing:
+            warnings.append(
+                f"cluster {self.name}: topic {topic} does not report {', '.join(missing)}; "
+                "assuming Apache Kafka defaults"
+            )
+        return out, warnings
 
-def create_topic(
-    cluster: Cluster, topic: str, partitions: int, configs: dict[str, str], replication: int = -1
-) -> None:
-    """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF."""
-    _any_broker(cluster).create_topic(topic, partitions, replication, configs)
-    _wait_ready(cluster, topic, partitions, "created topic")
+    def create_topic(
+        self, topic: str, partitions: int, configs: dict[str, str], replication: int = -1
+    ) -> None:
+        """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF."""
+        self._conns.any_broker().create_topic(topic, partitions, replication, configs)
+        self._wait_ready(topic, partitions, "created topic")
 
-
-def grow_topic(cluster: Cluster, topic: str, partitions: int) -> None:
-    """Grow ``topic`` to ``partitions`` partitions (CreatePartitions: new partitions start
-    empty at offset 0, which is where their sources' copies start too) and wait until they
-    have leaders. A topic that already has that many (another process grew it) is fine."""
-    conn = _any_broker(cluster)
-    if not conn.supports("CreatePartitions"):
-        raise TopicError(
-            f"the local cluster does not support CreatePartitions, needed to grow the topic to "
-            f"its sources' {partitions} partitions",
-            cluster=cluster.name,
-            topic=topic,
-        )
-    code, message = conn.create_partitions(topic, partitions)
-    if code and code != ErrorCode.INVALID_PARTITIONS:
-        detail = f": {message}" if message else ""
-        raise TopicError(
-            f"growing the topic to {partitions} partitions failed: {error_name(code)}{detail}",
-            cluster=cluster.name,
-            topic=topic,
-        )
-    if code:  # INVALID_PARTITIONS: fine only if the topic already has that many
-        info = cluster.topic(topic, refresh=True)
-        if info is None or info.partitions < partitions:
+    def grow_topic(self, topic: str, partitions: int) -> None:
+        """Grow ``topic`` to ``partitions`` partitions (CreatePartitions: new partitions start
+        empty at offset 0, which is where their sources' copies start too) and wait until they
+        have leaders. A topic that already has that many (another process grew it) is fine."""
+        conn = self._conns.any_broker()
+        if not conn.supports("CreatePartitions"):
             raise TopicError(
-                f"growing the topic to {partitions} partitions was refused: "
-                f"{message or 'INVALID_PARTITIONS'}",
-                cluster=cluster.name,
+                f"the local cluster does not support CreatePartitions, needed to grow the topic to "
+                f"its sources' {partitions} partitions",
+                cluster=self.name,
                 topic=topic,
             )
-    _wait_ready(cluster, topic, partitions, "grown topic")
-
-
-def _any_broker(cluster: Cluster) -> Connection:
-    """A connection to one of the cluster's brokers (any broker forwards admin requests to the
-    controller in KRaft)."""
-    md = cluster.metadata()
-    return cluster.broker_conn(next(iter(sorted(md.brokers))))
-
-
-def _wait_ready(cluster: Cluster, topic: str, partitions: int, what: str) -> None:
-    # Wait until metadata shows every partition with a leader, and the leaders answer for them:
-    # Apache Kafka's metadata names a new partition's leader before that broker has taken the
-    # partition on (it answers NOT_LEADER_OR_FOLLOWER until then).
-    backoff = Backoff(0.1, 0.1, deadline=cluster.timeout)
-    while True:
-        try:
-            info = cluster.topic(topic, refresh=True)
-            if info is not None and info.partitions >= partitions:
-                cluster.bounds(topic, list(range(partitions)))
-                return
-        except ClusterError:
-            pass
-        if not backoff.wait():
-            raise ClusterError(
-                f"{what} did not become ready (metadata and leaders)",
-                cluster=cluster.name,
+        code, message = conn.create_partitions(topic, partitions)
+        if code and code != ErrorCode.INVALID_PARTITIONS:
+            detail = f": {message}" if message else ""
+            raise TopicError(
+                f"growing the topic to {partitions} partitions failed: {error_name(code)}{detail}",
+                cluster=self.name,
                 topic=topic,
+            )
+        if code:  # INVALID_PARTITIONS: fine only if the topic already has that many
+            info = self._meta.topic(topic, refresh=True)
+            if info is None or info.partitions < partitions:
+                raise TopicError(
+                    f"growing the topic to {partitions} partitions was refused: "
+                    f"{message or 'INVALID_PARTITIONS'}",
+                    cluster=self.name,
+                    topic=topic,
+                )
+        self._wait_ready(topic, partitions, "grown topic")
+
+    def _wait_ready(self, topic: str, partitions: int, what: str) -> None:
+        # Wait until metadata shows every partition with a leader, and the leaders answer for them:
+        # Apache Kafka's metadata names a new partition's leader before that broker has taken the
+        # partition on (it answers NOT_LEADER_OR_FOLLOWER until then).
+        backoff = Backoff(0.1, 0.1, deadline=self._conns.timeout)
+        while True:
+            try:
+                info = self._meta.topic(topic, refresh=True)
+                if info is not None and info.partitions >= partitions:
+                    self._reader.bounds(topic, list(range(partitions)))
+                    return
+            except ClusterError:
+                pass
+            if not backoff.wait():
+                raise ClusterError(
+                    f"{what} did not become ready (metadata and leaders)",
+                    cluster=self.name,
+                    topic=topic,
+                )
+
+    def check_delete_records(self, topic: str, partition: int, at: int, before: int) -> None:
+        """Refuse (unsafe) unless the partition's leader can DeleteRecords: it must offer the
+        API and carry out a no-op one (up to ``at``, the log end), since some brokers advertise
+        it and drop the connection instead (Tansu). Tried twice, so a connection lost by chance
+        is not taken for a missing capability."""
+        missing = UnsafeError(
+            f"the broker does not support DeleteRecords, which starting a mirror at offset "
+            f"{before} needs (moving the log start past the filler records); nothing written",
+            cluster=self.name,
+            topic=topic,
+            partition=partition,
+            offset=before,
+        )
+        for attempt in (1, 2):
+            conn = self._conns.broker_conn(self._meta.leader(topic, partition))
+            if not conn.supports("DeleteRecords"):
+                raise missing
+            try:
+                code, _low = conn.delete_records(topic, partition, at)
+            except ClusterError:
+                if attempt == 2:
+                    raise missing from None
+                continue
+            if code in (ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_REQUEST):
+                raise missing
+            if code:
+                raise broker_error(
+                    code,
+                    f"DeleteRecords before offset {at}",
+                    cluster=self.name,
+                    topic=topic,
+                    partition=partition,
+                    offset=at,
+                )
+            return
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Move the partition's log start to ``before`` (DeleteRecords on its leader)."""
+        conn = self._conns.broker_conn(self._meta.leader(topic, partition))
+        code, low = conn.delete_records(topic, partition, before)
+        if code:
+            raise broker_error(
+                code,
+                f"DeleteRecords before offset {before}",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+                offset=before,
+            )
+        if low < before:
+            raise ClusterError(
+                f"DeleteRecords left the log start at {low}, not {before}",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+                offset=before,
             )

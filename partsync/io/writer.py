@@ -1,5 +1,5 @@
-"""Shared writers per local broker (``cluster.WRITER_LANES``, a partition always on the same
-one): many partitions' batches in one Produce request.
+"""Shared writers per local broker (``shared_pipelines.WRITER_LANES``, a partition always on the
+same one): many partitions' batches in one Produce request.
 
 Partition copies submit rewritten batches; the writer (an ``io.pipeline``) packs whatever is
 waiting into Produce requests with at most one batch per partition (Apache Kafka's rule for

@@ -409,7 +409,7 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
                 "appends without it)",
             )
         ]
-    found = cluster.find_coordinators(ids, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
+    found = cluster.coordinators.find_coordinators(ids, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
     out = []
     for tid in ids:
         subject = f"transactional id {tid}"

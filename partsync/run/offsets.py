@@ -182,7 +182,7 @@ def _nothing_committed(
     """A group without a commit on any partition asked for: unknown to the source (a typo
     must not look like success: ``not-found``, exit 1), or known with nothing committed for
     these topics (``no-commits``: nothing to copy, said so)."""
-    listed = source.has_group(group)
+    listed = source.coordinators.has_group(group)
     code, state, _members = coord.describe_group(group)
     # Kafka describes an unknown group as Dead (or GROUP_ID_NOT_FOUND); others say Empty.
     unknown = code == ErrorCode.GROUP_ID_NOT_FOUND or (not code and state.lower() == "dead")

@@ -20,7 +20,6 @@ from partsync.copy.boundary import checked_in_sync, checked_sources_agree, local
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
-from partsync.io.bounds import read_log_ends
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
@@ -332,7 +331,7 @@ def _local_bounds(
     """The local partitions' log start and log end (where the next append lands; a consumer's
     high watermark can trail it), with a warning where they differ."""
     hw = local.bounds(topic, parts)
-    ends = read_log_ends(local, topic, parts)
+    ends = local.log_ends(topic, parts)
     out = {}
     for p in parts:
         end = max(hw[p].end, ends[p])
@@ -391,7 +390,7 @@ def _aborted_replays(req: SyncRequest, pool: ClusterPool) -> frozenset[tuple[str
     if not req.options.replay_transactions:
         return frozenset()
     try:
-        tids = pool.get(req.local).transactional_ids_in(_ABORTED_STATES)
+        tids = pool.get(req.local).transactions.transactional_ids_in(_ABORTED_STATES)
     except PartsyncError as e:
         log.warning(
             "cluster %s: aborted replays not listed, in-sync ends unchecked: %s", req.local.name, e

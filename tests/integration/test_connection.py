@@ -157,7 +157,7 @@ def test_shared_fetch_lanes_are_kept_per_broker_and_lane_and_replaced_when_idle(
 ) -> None:
     """A fetch lane is shared (same leader, same lane number) until it is broken or idle for
     longer than a broker keeps an idle connection open; then the next copy gets a fresh one."""
-    from partsync.io import cluster as cluster_module
+    from partsync.io import shared_pipelines
 
     data.create_topic(source_a.bootstrap, topic, 2)
     with Cluster(Config(clusters={}).resolve(source_a.bootstrap)) as c:
@@ -165,7 +165,7 @@ def test_shared_fetch_lanes_are_kept_per_broker_and_lane_and_replaced_when_idle(
         assert c.fetch_lane(topic, 1) is lane  # one broker: the partitions share it
         other = c.fetch_lane(topic, 0, 1)
         assert other is not lane
-        monkeypatch.setattr(cluster_module, "_PIPELINE_IDLE_S", 0.0)
+        monkeypatch.setattr(shared_pipelines, "_PIPELINE_IDLE_S", 0.0)
         fresh = c.fetch_lane(topic, 0)
         assert fresh is not lane and lane.broken and not fresh.broken
         reply = fresh.submit(topic, 0, 0, 1 << 16).result(10)

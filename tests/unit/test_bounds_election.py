@@ -1,4 +1,4 @@
-"""Reading bounds waits out a leader election (``Cluster.bounds``): an election answer is read
+"""Reading bounds waits out a leader election (``BoundsReader.bounds``): an election answer is read
 again with fresh metadata until it passes or the wait ends; any other error at once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from partsync._kafka import ErrorCode, error_name
 from partsync.config import ClusterRef
 from partsync.errors import BrokerError
-from partsync.io import cluster as cluster_module
+from partsync.io import bounds as bounds_module
 from partsync.io.cluster import Cluster
 from partsync.plan.comparator import Bounds
 
@@ -31,14 +31,14 @@ def stand(monkeypatch: pytest.MonkeyPatch) -> tuple[Cluster, list[Any], list[boo
     answers: list[Any] = []
     refreshed: list[bool] = []
 
-    def read_bounds(_c: Cluster, _t: str, _p: list[int]) -> dict[int, Bounds]:
+    def read_bounds(_c: object, _m: object, _t: str, _p: list[int]) -> dict[int, Bounds]:
         a = answers.pop(0)
         if isinstance(a, BaseException):
             raise a
         return dict(a)
 
-    monkeypatch.setattr(cluster_module, "read_bounds", read_bounds)
-    monkeypatch.setattr(c, "metadata", lambda refresh=False: refreshed.append(refresh))
+    monkeypatch.setattr(bounds_module, "read_bounds", read_bounds)
+    monkeypatch.setattr(c.meta, "metadata", lambda refresh=False: refreshed.append(refresh))
     return c, answers, refreshed
 
 
@@ -68,7 +68,7 @@ def test_other_errors_and_a_long_election_are_raised(
     with pytest.raises(BrokerError, match="TOPIC_AUTHORIZATION_FAILED"):
         c.bounds("t", [0])
     assert refreshed == []
-    monkeypatch.setattr(cluster_module, "BOUNDS_ELECTION_WAIT_S", 0.3)
+    monkeypatch.setattr(bounds_module, "BOUNDS_ELECTION_WAIT_S", 0.3)
     answers += [_error(ErrorCode.NOT_LEADER_OR_FOLLOWER)] * 50
     with pytest.raises(BrokerError, match="NOT_LEADER_OR_FOLLOWER"):
         c.bounds("t", [0])
@@ -86,6 +86,6 @@ def test_a_partition_without_a_leader_is_waited_for(monkeypatch: pytest.MonkeyPa
             raise _error(ErrorCode.LEADER_NOT_AVAILABLE)
         return info
 
-    monkeypatch.setattr(c, "_topic_now", now)
+    monkeypatch.setattr(c.meta, "_topic_now", now)
     assert c.topic("t") is info
     assert calls == [False, True, True]

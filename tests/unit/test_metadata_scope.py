@@ -40,7 +40,7 @@ class Broker:
 
 def _cluster(broker: Broker) -> Cluster:
     c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))  # never connects
-    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    c.conns.bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     return c
 
 
@@ -137,7 +137,7 @@ def test_a_broker_connection_is_made_while_metadata_is_read_elsewhere() -> None:
     for the read."""
     broker = Broker({"a": 2})
     c = _cluster(broker)
-    c._connect = lambda host, port: object()  # type: ignore[method-assign,assignment,return-value]
+    c.conns.connect = lambda host, port: object()  # type: ignore[method-assign,assignment,return-value]
     broker.in_call, broker.release = threading.Event(), threading.Event()
     taken = threading.Event()
 
@@ -145,7 +145,7 @@ def test_a_broker_connection_is_made_while_metadata_is_read_elsewhere() -> None:
         broker.asked.append(topics)
         taken.wait(5)
         time.sleep(0.2)  # broker_conn is waiting for this read by now
-        with c._lock:  # as _bootstrap_conn's _retire does
+        with c.conns._lock:  # as _bootstrap_conn's _retire does
             pass
         return Metadata({1: BrokerInfo(1, "127.0.0.1", 9)}, {})
 

@@ -13,7 +13,6 @@ from partsync.errors import ClusterError
 from partsync.io.cluster import TopicInfo
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Bounds
-from partsync.run import planner
 from partsync.run.planner import SyncRequest, plan_topics
 
 
@@ -35,12 +34,14 @@ class Stand:
             raise ClusterError("ListOffsets timed out", cluster=self.name)
         return {p: Bounds(0, 5) for p in parts}
 
+    def log_ends(self, topic: str, parts: list[int]) -> dict[int, int]:
+        return dict.fromkeys(parts, 0)
+
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
         return {}, []
 
 
 def _plan(monkeypatch: pytest.MonkeyPatch, local: Stand, *sources: Stand) -> Any:
-    monkeypatch.setattr(planner, "read_log_ends", lambda c, t, parts: dict.fromkeys(parts, 0))
     refs = {s.name: ClusterRef(s.name, (("127.0.0.1", 9),)) for s in (local, *sources)}
     pool = ClusterPool()
     pool._clusters.update({s.name: s for s in (local, *sources)})  # type: ignore[misc]

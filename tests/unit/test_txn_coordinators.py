@@ -1,4 +1,4 @@
-"""Transactional ids' coordinators looked up ahead (``Cluster.prefetch_txn_coordinators``) are
+"""Transactional ids' coordinators looked up ahead (``Coordinators.prefetch_txn_coordinators``) are
 only a routing hint: a coordinator that moved answers NOT_COORDINATOR, and fencing then looks
 the id up afresh and asks the right broker. Connections are stand-ins that answer by node; the
 wire path is covered by the integration tests (``test_kafka_rules``)."""
@@ -44,25 +44,25 @@ def _cluster(nodes: dict[int, Node], found: BrokerInfo) -> tuple[Cluster, list[s
         lookups.append(key)
         return 0, found
 
-    c.find_coordinator = find  # type: ignore[method-assign]
-    c.broker_conn = lambda node_id, lane=0: nodes[node_id]  # type: ignore[method-assign,assignment,return-value]
+    c.coordinators.find_coordinator = find  # type: ignore[method-assign]
+    c.conns.broker_conn = lambda node_id, lane=0: nodes[node_id]  # type: ignore[method-assign,assignment,return-value]
     return c, lookups
 
 
 def test_a_moved_coordinator_is_looked_up_again_and_the_right_one_fences() -> None:
     nodes = {1: Node(coordinator=False), 2: Node(coordinator=True)}
     c, lookups = _cluster(nodes, NEW)
-    c._txn_coordinators["partsync:t:0"] = OLD  # prefetched before the coordinator moved
+    c.coordinators.txn_coordinators["partsync:t:0"] = OLD  # prefetched before the coordinator moved
     assert c.init_producer_id("partsync:t:0") == (42, 3)
     assert nodes[1].asked == ["partsync:t:0"] and nodes[2].asked == ["partsync:t:0"]
     assert lookups == ["partsync:t:0"]
-    assert c._txn_coordinators["partsync:t:0"] == NEW  # remembered for the next round
+    assert c.coordinators.txn_coordinators["partsync:t:0"] == NEW  # remembered for the next round
 
 
 def test_a_known_coordinator_is_asked_without_a_lookup() -> None:
     nodes = {2: Node(coordinator=True)}
     c, lookups = _cluster(nodes, NEW)
-    c._txn_coordinators["partsync:t:1"] = NEW
+    c.coordinators.txn_coordinators["partsync:t:1"] = NEW
     assert c.init_producer_id("partsync:t:1") == (42, 3)
     assert lookups == []
 
@@ -71,7 +71,7 @@ def test_a_remembered_coordinator_that_cannot_be_reached_is_looked_up_afresh() -
     """E.g. a rolling restart moved the coordinator between the prefetch and the fence."""
     nodes = {1: Node(coordinator=True, down=True), 2: Node(coordinator=True)}
     c, lookups = _cluster(nodes, NEW)
-    c._txn_coordinators["partsync:t:2"] = OLD
+    c.coordinators.txn_coordinators["partsync:t:2"] = OLD
     assert c.init_producer_id("partsync:t:2") == (42, 3)
     assert lookups == ["partsync:t:2"] and nodes[2].asked == ["partsync:t:2"]
 
@@ -82,11 +82,11 @@ def test_a_renewal_is_not_repeated_after_a_broken_connection() -> None:
     coordinator is forgotten for the next attempt."""
     nodes = {1: Node(coordinator=True, down=True), 2: Node(coordinator=True)}
     c, lookups = _cluster(nodes, NEW)
-    c._txn_coordinators["partsync:t:3"] = OLD
+    c.coordinators.txn_coordinators["partsync:t:3"] = OLD
     with pytest.raises(ClusterError):
         c.init_producer_id("partsync:t:3", current=(42, 2))
     assert lookups == [] and nodes[2].asked == []
-    assert "partsync:t:3" not in c._txn_coordinators
+    assert "partsync:t:3" not in c.coordinators.txn_coordinators
 
 
 _TXN_ID_DENIED = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: not worth asking again
@@ -117,21 +117,21 @@ class Bootstrap:
 def test_ids_whose_coordinator_is_not_available_yet_are_looked_up_again_together() -> None:
     c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
     broker = Bootstrap(busy=2)
-    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    c.conns.bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     ids = [f"partsync:t:{p}" for p in range(50)]
     c.prefetch_txn_coordinators([*ids, "denied"], wait=10.0)
     assert len(broker.requests) == 3  # each attempt one request for every id still missing
     assert all(len(r) == 51 for r in broker.requests)
-    assert all(c._txn_coordinators[i] == NEW for i in ids)
-    assert "denied" not in c._txn_coordinators
+    assert all(c.coordinators.txn_coordinators[i] == NEW for i in ids)
+    assert "denied" not in c.coordinators.txn_coordinators
 
 
 def test_looking_up_ahead_gives_up_after_its_wait() -> None:
     c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
     broker = Bootstrap(busy=10**6)
-    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    c.conns.bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     c.prefetch_txn_coordinators(["partsync:t:0", "partsync:t:1"], wait=0.5)
-    assert 1 <= len(broker.requests) <= 4 and not c._txn_coordinators
+    assert 1 <= len(broker.requests) <= 4 and not c.coordinators.txn_coordinators
 
 
 class Staggered(Bootstrap):
@@ -151,16 +151,16 @@ class Staggered(Bootstrap):
 def test_only_the_keys_still_missing_are_asked_again() -> None:
     c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
     broker = Staggered(busy=0)
-    c._bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
+    c.conns.bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     ids = [f"partsync:t:{p}" for p in range(6)]
-    found = c.find_coordinators(ids, 1, timeout=10.0)
+    found = c.coordinators.find_coordinators(ids, 1, timeout=10.0)
     assert broker.requests == [ids, ids[1::2]]
     assert found == {i: (0, NEW) for i in ids}
     # One key is the same lookup; a key that never becomes available returns its last error.
     assert c.find_coordinator("partsync:t:7", 1, timeout=10.0) == (0, NEW)
     stuck = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))
     busy = Bootstrap(busy=10**6)
-    stuck._bootstrap_call = lambda fn: fn(busy)  # type: ignore[method-assign,assignment]
+    stuck.conns.bootstrap_call = lambda fn: fn(busy)  # type: ignore[method-assign,assignment]
     unavailable = (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
     assert stuck.find_coordinator("g", 0, timeout=0.3) == unavailable
     assert 1 < len(busy.requests) <= 4
@@ -186,7 +186,7 @@ def _lanes(nodes: dict[int, Pipelined]) -> tuple[Cluster, list[tuple[int, int]]]
         used.append((node_id, lane))
         return nodes[node_id]
 
-    c.broker_conn = conn  # type: ignore[method-assign,assignment]
+    c.conns.broker_conn = conn  # type: ignore[method-assign,assignment]
     return c, used
 
 
@@ -195,7 +195,7 @@ def test_many_fences_go_to_their_coordinators_at_once_over_several_connections()
     c, used = _lanes(nodes)
     ids = [f"partsync:t:{p}" for p in range(10)]
     for n, tid in enumerate(ids):
-        c._txn_coordinators[tid] = OLD if n % 2 else NEW
+        c.coordinators.txn_coordinators[tid] = OLD if n % 2 else NEW
     got = c.init_producer_ids(ids, lanes=3)
     assert got == dict.fromkeys(ids, (42, 3))
     assert sorted(nodes[2].asked) == sorted(ids[0::2]) and sorted(nodes[1].asked) == sorted(
@@ -208,7 +208,7 @@ def test_many_fences_go_to_their_coordinators_at_once_over_several_connections()
 def test_a_fence_that_fails_among_many_is_that_ids_error_and_forgets_its_coordinator() -> None:
     nodes = {1: Pipelined(coordinator=False), 2: Pipelined(coordinator=True, down=True)}
     c, _used = _lanes(nodes)
-    c._txn_coordinators.update({"moved": OLD, "down": NEW})
+    c.coordinators.txn_coordinators.update({"moved": OLD, "down": NEW})
     got = c.init_producer_ids(["moved", "down", "unknown"], lanes=2)
     assert (
         isinstance(got["moved"], BrokerError)
@@ -218,7 +218,10 @@ def test_a_fence_that_fails_among_many_is_that_ids_error_and_forgets_its_coordin
     # Never looked up or asked here: the caller fences it the usual way, which looks it up.
     assert isinstance(got["unknown"], ClusterError) and "not known" in got["unknown"].reason
     assert "unknown" not in nodes[1].asked + nodes[2].asked
-    assert "moved" not in c._txn_coordinators and "down" not in c._txn_coordinators
+    assert (
+        "moved" not in c.coordinators.txn_coordinators
+        and "down" not in c.coordinators.txn_coordinators
+    )
 
 
 class Local:
