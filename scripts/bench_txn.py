@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from partsync.demo.brokers import Broker
 from partsync.demo.data import create_topic, make_records
+from partsync.wire.digest import batch_digest
 from scripts.bench_holes import run_sync
 from tests.integration.sync_support import fetch_batches
 from tests.support.brokers import start_kafka_jvm
@@ -73,7 +74,7 @@ def _fill(bootstrap: str, args: argparse.Namespace) -> int:
 
 def _layout(broker: Broker, topic: str) -> list[tuple[int, int, bool, bool, bytes]]:
     return [
-        (b.base_offset, b.last_offset, b.is_transactional, b.is_control, b.digest())
+        (b.base_offset, b.last_offset, b.is_transactional, b.is_control, batch_digest(b))
         for b in fetch_batches(broker, topic, 0)
     ]
 

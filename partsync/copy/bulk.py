@@ -31,12 +31,13 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from partsync.copy.appender import Sender, check_next, finish
+from partsync.copy.appender import check_next, finish
 from partsync.copy.context import CopyContext, ProgressFn, Stop
 from partsync.copy.fetcher import throttle
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_result
 from partsync.copy.producer import ProducerSession
+from partsync.copy.sender import Sender
 from partsync.errors import ClusterError, HandedOnError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer

@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from partsync._kafka import broker_error
-from partsync.copy.appender import Sender
 from partsync.copy.context import CopyContext
 from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slots, slot_id
+from partsync.copy.sender import Sender
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter

@@ -23,7 +23,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
 from partsync._kafka import GROUP_KEY, Connection, ErrorCode, error_name
 from partsync.errors import ClusterError, GroupError, PartsyncError
@@ -31,6 +30,7 @@ from partsync.io.cluster import Cluster
 from partsync.io.group_classic import ClassicSession
 from partsync.io.group_consumer import MEMBER_CLIENT_ID, ConsumerSession, FallBackToClassic
 from partsync.io.group_lease import GroupListener, Lease, TopicPartition
+from partsync.io.group_session import Session
 from partsync.plan.assign import Subscription
 from partsync.retry import Backoff
 
@@ -58,14 +58,6 @@ _HINTS: dict[int, str] = {
     ),
     ErrorCode.GROUP_MAX_SIZE_REACHED: "; the broker's group.consumer.max.size is reached",
 }
-
-
-class _Session(Protocol):
-    name: str
-
-    def run(self) -> None: ...
-
-    def leave(self) -> None: ...
 
 
 class GroupMember:
@@ -115,7 +107,7 @@ class GroupMember:
         )
         self.coordinator_node: int | None = None
         self._conn: Connection | None = None
-        self._session: _Session | None = None
+        self._session: Session | None = None
         self._thread = threading.Thread(target=self._run, name=f"group-{group}", daemon=True)
 
     # -- public ---------------------------------------------------------------------------
@@ -205,7 +197,7 @@ class GroupMember:
 
     # -- the member thread ----------------------------------------------------------------
 
-    def _pick_session(self) -> _Session:
+    def _pick_session(self) -> Session:
         if self.protocol == "classic":
             return ClassicSession(self)
         conn = self.coordinator()

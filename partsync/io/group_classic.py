@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from partsync._kafka import COORDINATOR_RETRY_CODES, ErrorCode, error_name
 from partsync.errors import GroupError
 from partsync.io.cluster import Cluster
+from partsync.io.group_session import Member
 from partsync.plan.assign import (
     PROTOCOL,
     PROTOCOL_TYPE,
@@ -23,9 +23,6 @@ from partsync.plan.assign import (
     encode_assignment,
     encode_subscription,
 )
-
-if TYPE_CHECKING:
-    from partsync.io.group import GroupMember
 
 __all__ = ["ClassicSession", "leader_assignments"]
 
@@ -40,7 +37,7 @@ _REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
 class ClassicSession:
     name = "classic"
 
-    def __init__(self, member: GroupMember) -> None:
+    def __init__(self, member: Member) -> None:
         self.m = member
 
     def run(self) -> None:

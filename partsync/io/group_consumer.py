@@ -28,16 +28,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
 
-from partsync._kafka import COORDINATOR_RETRY_CODES, ErrorCode, error_name
+from partsync._kafka import COORDINATOR_RETRY_CODES, Connection, ErrorCode, error_name
 from partsync._kafka.admin_requests import BROKER_RESOURCE, GROUP_RESOURCE
 from partsync._kafka.group_requests import DescribedGroup, HeartbeatResult
 from partsync.errors import ClusterError, GroupError
-
-if TYPE_CHECKING:
-    from partsync._kafka import Connection
-    from partsync.io.group import GroupMember
+from partsync.io.group_session import Member
 
 # The client id of every member's group connection (io.group), whatever the cluster's
 # client_id, which hosts may set differently: how members tell partsync processes from consumers.
@@ -70,7 +66,7 @@ class FallBackToClassic(Exception):
 class ConsumerSession:
     name = "consumer"
 
-    def __init__(self, member: GroupMember) -> None:
+    def __init__(self, member: Member) -> None:
         self.m = member
         # Kept across connection errors: after one, the member goes on with the same id and
         # epoch (a full heartbeat), as Kafka expects; only a fence starts it over.

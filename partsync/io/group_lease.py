@@ -136,7 +136,7 @@ class LeasedStop(threading.Event):
     fencing does not cover that for data older than ``producer.id.expiration.ms`` (the leader
     forgets the producer's epoch once the copied batches' timestamps are that old), so every
     Produce request checks ownership itself, right before it is built (``Pipeline``'s
-    ``cancelled()``, through ``copy.appender.Sender``): no append of a partition is sent after
+    ``cancelled()``, through ``copy.sender.Sender``): no append of a partition is sent after
     its owner's lease ran out. ``wait()`` still waits for an explicit ``set()``."""
 
     def __init__(self, lease: Lease) -> None:

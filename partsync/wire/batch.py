@@ -25,7 +25,6 @@ broker stores the batch byte-for-byte as the source did and assigns the same off
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,7 +35,9 @@ from partsync.errors import CorruptBatchError, UnsafeError
 
 __all__ = [
     "CODECS",
+    "CONTROL_BIT",
     "HEADER_SIZE",
+    "TRANSACTIONAL_BIT",
     "Batch",
     "Rewritten",
     "check_appendable",
@@ -80,11 +81,9 @@ _CRC = struct.Struct(">I")
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _CODEC_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
 _DELETE_HORIZON_BIT = 0x40
-# Digests ignore the bits a copy could legitimately differ in (see Batch.digest).
-_DIGEST_ATTRIBUTE_MASK = ~(_TRANSACTIONAL_BIT | _CONTROL_BIT) & 0xFFFF
 
 
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
@@ -201,11 +200,11 @@ class Batch:
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
+        return bool(self.attributes & TRANSACTIONAL_BIT)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
+        return bool(self.attributes & CONTROL_BIT)
 
     @property
     def has_delete_horizon(self) -> bool:
@@ -234,34 +233,6 @@ class Batch:
                 f"stored {self.crc:#010x}, computed {actual:#010x}",
                 offset=self.base_offset,
             )
-
-    def digest(self) -> bytes:
-        """Content digest that ignores exactly what a shallow copy may change.
-
-        Ignored: PartitionLeaderEpoch, CRC, ProducerId/Epoch/BaseSequence (rewritten by the
-        copy) and the transactional attribute bit. Covered: the absolute BaseOffset,
-        every other attribute bit, LastOffsetDelta, both timestamps, RecordCount and the record
-        bytes as stored (compressed or not). Two batches with equal digests hold the same records
-        at the same offsets.
-
-        A transaction marker covers only its offset and control key (version and type): its
-        timestamp and coordinator epoch are the writing cluster's own (``wire.markers``).
-        """
-        h = hashlib.blake2b(digest_size=16)
-        h.update(_BASE_OFFSET.pack(self.base_offset))
-        if self.is_control:
-            from partsync.wire.markers import control_key  # the records layer, only here
-
-            h.update(b"control")
-            try:
-                h.update(control_key(self))
-                return h.digest()
-            except CorruptBatchError:
-                pass  # not a marker: a control batch unlike any data batch, digested in full
-        h.update(struct.pack(">H", self.attributes & _DIGEST_ATTRIBUTE_MASK))
-        h.update(self.data[ATTRIBUTES_OFFSET + 2 : PRODUCER_OFFSET])
-        h.update(self.data[RECORD_COUNT_OFFSET:])
-        return h.digest()
 
     def describe(self) -> str:
         kind = (

@@ -1,6 +1,6 @@
 """Range digests and the N-way comparison behind ``partsync diff``. Pure, no I/O.
 
-A *unit* is what one level compares: a whole batch (batch level, ``Batch.digest()``) or one
+A *unit* is what one level compares: a whole batch (batch level, ``batch_digest``) or one
 record (record level, ``Record.digest()``), with the offsets it covers. Units are grouped into
 offset-aligned *chunks*: chunk ``k`` holds the units whose first offset (clamped up to the start
 of the compared range) lies in ``[k * size, (k + 1) * size)``. A batch thus belongs to exactly one
@@ -23,7 +23,16 @@ import struct
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from partsync.wire.batch import Batch
+from partsync.errors import CorruptBatchError
+from partsync.wire.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    PRODUCER_OFFSET,
+    RECORD_COUNT_OFFSET,
+    TRANSACTIONAL_BIT,
+    Batch,
+)
+from partsync.wire.markers import control_key
 from partsync.wire.records import Record
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "Comparison",
     "Divergence",
     "Unit",
+    "batch_digest",
     "batch_unit",
     "chunk_digest",
     "chunk_index",
@@ -46,6 +56,36 @@ __all__ = [
 DEFAULT_CHUNK_OFFSETS = 10_000
 
 _UNIT_HEAD = struct.Struct(">qq")  # first, last offset
+_BASE_OFFSET = struct.Struct(">q")
+# A batch digest ignores the bits a copy could legitimately differ in (see batch_digest).
+_DIGEST_ATTRIBUTE_MASK = ~(TRANSACTIONAL_BIT | CONTROL_BIT) & 0xFFFF
+
+
+def batch_digest(batch: Batch) -> bytes:
+    """Content digest of a batch that ignores exactly what a shallow copy may change.
+
+    Ignored: PartitionLeaderEpoch, CRC, ProducerId/Epoch/BaseSequence (rewritten by the
+    copy) and the transactional attribute bit. Covered: the absolute BaseOffset,
+    every other attribute bit, LastOffsetDelta, both timestamps, RecordCount and the record
+    bytes as stored (compressed or not). Two batches with equal digests hold the same records
+    at the same offsets.
+
+    A transaction marker covers only its offset and control key (version and type): its
+    timestamp and coordinator epoch are the writing cluster's own (``wire.markers``).
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(_BASE_OFFSET.pack(batch.base_offset))
+    if batch.is_control:
+        h.update(b"control")
+        try:
+            h.update(control_key(batch))
+            return h.digest()
+        except CorruptBatchError:
+            pass  # not a marker: a control batch unlike any data batch, digested in full
+    h.update(struct.pack(">H", batch.attributes & _DIGEST_ATTRIBUTE_MASK))
+    h.update(batch.data[ATTRIBUTES_OFFSET + 2 : PRODUCER_OFFSET])
+    h.update(batch.data[RECORD_COUNT_OFFSET:])
+    return h.digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +102,7 @@ class Unit:
 
 
 def batch_unit(batch: Batch) -> Unit:
-    return Unit(batch.base_offset, batch.last_offset, batch.digest())
+    return Unit(batch.base_offset, batch.last_offset, batch_digest(batch))
 
 
 def record_unit(record: Record) -> Unit:

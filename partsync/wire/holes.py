@@ -30,6 +30,7 @@ from collections.abc import Iterator
 
 from partsync.errors import CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, client_header, seal
+from partsync.wire.digest import batch_digest
 from partsync.wire.records import encode_varint, iter_records, read_varint, records_section
 
 __all__ = [
@@ -240,7 +241,7 @@ def disagreement(a: Batch, b: Batch, hole_key: bytes = HOLE_KEY) -> int | None:
     last offset is reported at the lower one."""
     if a.last_offset != b.last_offset:
         return min(a.last_offset, b.last_offset)
-    if a.digest() == b.digest():
+    if batch_digest(a) == batch_digest(b):
         return None
     theirs = {
         r.offset: r for r in iter_records(b) if not is_hole(r.key, r.value, r.headers, hole_key)

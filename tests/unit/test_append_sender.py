@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from partsync._kafka import ProducedPartition
-from partsync.copy.appender import STAGED_MAX, Sender
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.options import CopyOptions
 from partsync.copy.producer import ProducerSession
+from partsync.copy.sender import STAGED_MAX, Sender
 from partsync.errors import AppendMismatchError, Cancelled, ClusterError, StoppedError
 from partsync.io.writer import ProduceFuture
 from partsync.plan.topic_rules import LocalTopicRules

@@ -13,7 +13,6 @@ keeps the unit suite fast.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import partsync
+from tests.unit.imports_graph import imports_in as _imports_in
 
 PACKAGE_DIR = Path(partsync.__file__).parent
 
@@ -262,19 +262,6 @@ def test_pure_module_loads_no_io_library(
         for n in _forbidden(result["all"])
         if n.split(".")[0] in ("kafka", "confluent_kafka", "pyspark")
     ] == []
-
-
-def _imports_in(path: Path) -> list[tuple[int, str]]:
-    """Every imported module name in a source file, wherever the import statement is."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
-        elif isinstance(node, ast.ImportFrom) and node.level > 0:
-            found.append((node.lineno, "partsync." + (node.module or "")))
-    return found
 
 
 @pytest.mark.parametrize("module", PURE)

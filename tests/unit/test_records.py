@@ -269,6 +269,7 @@ def test_pure_layers_import_no_network_or_kafka_module() -> None:
         "snappy",
         "zstandard",
         "partsync.wire.batch",
+        "partsync.wire.markers",
         "partsync.errors",
         "partsync.wire.records",
     }

@@ -1,0 +1,241 @@
+"""Structure (issue 38): the formatter owns the layout, partsync's modules import each other
+without cycles, and modules and classes stay small enough to read.
+
+Each rule has an explicit allowlist of today's exceptions that may only shrink: an exception
+that is gone (a cycle removed, a module split below the limit) fails here until it is taken off
+its list too, so the list records what is left to do and nothing comes back unnoticed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+import partsync
+from tests.unit.imports_graph import cycles, import_graph
+
+PACKAGE_DIR = Path(partsync.__file__).parent
+REPO = PACKAGE_DIR.parent
+CHECKED_DIRS = ("partsync", "tests", "scripts")
+
+# -- the formatter owns the layout ------------------------------------------------------------
+
+# ruff's (and black's) markers that take lines away from the formatter: "fmt" then "skip" or
+# "off" in a comment, with or without spaces.
+_FMT_MARKER = re.compile(r"#\s*fmt:\s*(?:skip|off)\b")
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for d in CHECKED_DIRS for p in (REPO / d).rglob("*.py"))
+
+
+def test_no_formatter_markers() -> None:
+    """``ruff format`` lays out every line: nothing takes lines away from it."""
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in _python_files()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if _FMT_MARKER.search(line)
+    ]
+    assert found == [], "remove these formatter markers and let ruff format the lines"
+
+
+def test_the_formatter_marker_pattern_can_fail() -> None:
+    # "<" stands for the comment sign, or the check above would find these lines here.
+    marked = ["x = 1  < fmt: skip", "< fmt: off", "y = (1,)  <fmt:skip", "    < fmt:  off"]
+    for line in (m.replace("<", "#") for m in marked):
+        assert _FMT_MARKER.search(line), line
+    for line in ("# fmt: on", "# format: skip", "fmt = 'skip'", "# fmt: skipped-ish"):
+        assert not _FMT_MARKER.search(line), line
+
+
+# -- no import cycles -------------------------------------------------------------------------
+
+# Import cycles of today, each the set of modules in it (counting imports inside functions and
+# under TYPE_CHECKING). The list only shrinks: a cycle that no longer exists fails the test
+# until it is removed here, and any cycle not listed fails it.
+KNOWN_CYCLES: list[frozenset[str]] = [
+    # being removed (issue 38): the runner is being rewritten
+    frozenset({"partsync.run.runner", "partsync.run.sync", "partsync.run.topic_watch"}),
+]
+
+
+def _cycle_problems(found: list[frozenset[str]], known: list[frozenset[str]]) -> list[str]:
+    problems = [
+        f"import cycle {sorted(c)}: move what both need into a lower module, or pass a "
+        "callable or a Protocol instead of importing back"
+        for c in found
+        if c not in known
+    ]
+    problems += [
+        f"listed cycle {sorted(c)} no longer exists: take it off KNOWN_CYCLES"
+        + (" (a smaller cycle may be left: list that one instead)" if found else "")
+        for c in known
+        if c not in found
+    ]
+    return problems
+
+
+def test_no_import_cycles() -> None:
+    assert _cycle_problems(cycles(import_graph(PACKAGE_DIR)), KNOWN_CYCLES) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_in_a_synthetic_graph() -> None:
+    graph = {
+        "a": {"b"},
+        "b": {"c", "d"},
+        "c": {"a"},  # a -> b -> c -> a
+        "d": {"e"},
+        "e": {"d"},  # d <-> e
+        "f": {"a", "g"},  # into a cycle, not part of one
+        "g": set(),
+    }
+    assert cycles(graph) == [frozenset("abc"), frozenset("de")]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert cycles({"a": {"a"}}) == []  # a module naming itself is no cycle between modules
+
+
+def test_the_cycle_check_fails_on_a_new_or_a_stale_cycle() -> None:
+    ab, cd = frozenset({"a", "b"}), frozenset({"c", "d"})
+    assert _cycle_problems([ab], [ab]) == []
+    assert len(_cycle_problems([ab, cd], [ab])) == 1  # cd is new
+    assert len(_cycle_problems([], [ab])) == 1  # ab is gone: shrink the list
+
+
+def test_the_import_graph_counts_hidden_imports(tmp_path: Path) -> None:
+    """Imports inside functions and under TYPE_CHECKING are edges, and ``from pkg import mod``
+    is an import of the module ``pkg.mod``."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "sub/__init__.py": "",
+        "sub/low.py": """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from pkg.high import High
+        """,
+        "high.py": """
+            def make():
+                from pkg.sub import low
+                return low
+        """,
+        "other.py": "import pkg.sub.low\nfrom pkg.sub.low import thing\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    graph = import_graph(pkg)
+    assert graph["pkg.high"] == {"pkg.sub.low"}
+    assert graph["pkg.sub.low"] == {"pkg.high"}
+    assert graph["pkg.other"] == {"pkg.sub.low"}
+    assert cycles(graph) == [frozenset({"pkg.high", "pkg.sub.low"})]
+
+
+# -- modules and classes of a readable size ---------------------------------------------------
+
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 200
+
+# Today's modules over MAX_MODULE_LINES. The list only shrinks: a module split below the limit
+# fails the test until it is taken off here.
+OVERSIZED_MODULES = {
+    "partsync/_kafka/connection.py",
+    "partsync/_kafka/requests.py",
+    "partsync/copy/bulk.py",
+    "partsync/run/check.py",
+    "partsync/run/diff.py",
+    "partsync/run/planner.py",
+    "partsync/run/runner.py",
+    "partsync/ui/cli_sync.py",
+    "partsync/ui/metrics.py",
+}
+
+# Today's classes over MAX_CLASS_LINES, as "module path::class"; the same rule.
+OVERSIZED_CLASSES = {
+    "partsync/_kafka/connection.py::BrokerConnection",
+    "partsync/_kafka/group_requests.py::GroupRequests",
+    "partsync/_kafka/requests.py::Connection",
+    "partsync/copy/fetcher.py::_Fetcher",
+    "partsync/copy/txn_replay.py::TxnReplay",
+    "partsync/io/group_consumer.py::ConsumerSession",
+    "partsync/io/pipeline.py::Pipeline",
+    "partsync/run/runner.py::PartitionRunner",
+    "partsync/ui/metrics.py::LiveMetrics",
+}
+
+
+def _class_sizes(path: Path, rel: str) -> dict[str, int]:
+    """Lines of every class in a module (nested ones by their dotted path), from the ``class``
+    line to the last line of its body."""
+    sizes: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                assert child.end_lineno is not None
+                sizes[f"{rel}::{name}"] = child.end_lineno - child.lineno + 1
+                visit(child, f"{name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, f"{prefix}{child.name}.<locals>.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), "")
+    return sizes
+
+
+def _size_problems(
+    sizes: Mapping[str, int], limit: int, allowed: Collection[str], what: str, listing: str
+) -> list[str]:
+    problems = [
+        f"{name} has {n} lines, over the {limit} a {what} may have: split it"
+        for name, n in sorted(sizes.items())
+        if n > limit and name not in allowed
+    ]
+    problems += [
+        f"{name} is within {limit} lines now (or gone): take it off {listing}"
+        for name in sorted(allowed)
+        if sizes.get(name, 0) <= limit
+    ]
+    return problems
+
+
+def test_modules_are_at_most_500_lines() -> None:
+    sizes = {
+        path.relative_to(REPO).as_posix(): len(path.read_text().splitlines())
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+    }
+    problems = _size_problems(
+        sizes, MAX_MODULE_LINES, OVERSIZED_MODULES, "module", "OVERSIZED_MODULES"
+    )
+    assert problems == []
+
+
+def test_classes_are_at_most_200_lines() -> None:
+    sizes: dict[str, int] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        sizes.update(_class_sizes(path, path.relative_to(REPO).as_posix()))
+    problems = _size_problems(
+        sizes, MAX_CLASS_LINES, OVERSIZED_CLASSES, "class", "OVERSIZED_CLASSES"
+    )
+    assert problems == []
+
+
+def test_the_size_checks_can_fail() -> None:
+    assert _size_problems({"a.py": 501, "b.py": 10}, 500, {"a.py"}, "module", "L") == []
+    assert len(_size_problems({"a.py": 501}, 500, set(), "module", "L")) == 1  # new offender
+    assert len(_size_problems({"a.py": 500}, 500, {"a.py"}, "module", "L")) == 1  # shrunk
+    assert len(_size_problems({}, 500, {"a.py"}, "module", "L")) == 1  # removed or renamed
+
+
+def test_class_sizes_are_measured_from_the_source(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(
+        "class A:\n    class B:\n        x = 1\n        y = 2\n\n\ndef f():\n    class C:\n"
+        "        pass\n"
+    )
+    assert _class_sizes(path, "m.py") == {"m.py::A": 4, "m.py::A.B": 3, "m.py::f.<locals>.C": 2}
