@@ -14,7 +14,6 @@ from pathlib import Path
 from rich.console import Console
 
 from partsync.config import ClusterRef, Config
-from partsync.engines.local import LocalEngine
 from partsync.errors import ExitStatus, PartsyncError
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PlanPolicy
@@ -80,7 +79,7 @@ def run_demo(
             data.create_topic(dc3.bootstrap, TOPIC, PARTITIONS)
             with ClusterPool() as pool:
                 seed_req = SyncRequest((TOPIC,), (cfg.resolve("dc2"),), cfg.resolve("dc3"))
-                rep = run_sync(seed_req, LocalEngine(), pool)
+                rep = run_sync(seed_req, pool)
                 if rep.exit_status:
                     raise PartsyncError(f"seeding dc3 from dc2 failed: {rep.to_dict()}")
             for p in range(PARTITIONS):
@@ -107,7 +106,7 @@ def run_demo(
                 console.rule(
                     "partsync sync --topic orders --sources dc2,dc3 --local dc1 --create-missing"
                 )
-                report = run_sync(req, LocalEngine(), pool)
+                report = run_sync(req, pool)
                 print_table(report_table(report), console)
                 for note in report_notes(report):
                     err.print(note, highlight=False, markup=False)
@@ -125,7 +124,7 @@ def run_demo(
                 )
 
                 console.rule("running sync again: a no-op")
-                again = run_sync(req, LocalEngine(), pool)
+                again = run_sync(req, pool)
                 err.print(summary_line(again), highlight=False)
             if keep:
                 # Inside the try from the first line printed: a SIGTERM that follows the

@@ -34,8 +34,9 @@ from partsync.io.pool import ClusterPool
 from partsync.plan.diff_model import PartitionDiff, common_range, merge_slices
 from partsync.plan.results import PartitionResult, Status
 from partsync.run.diff import DiffJob
+from partsync.run.engine import run_partition_task
 from partsync.run.sync import Engine
-from partsync.run.task import PartitionTask, run_partition_task
+from partsync.run.task import PartitionTask
 
 try:
     from pyspark.sql import SparkSession

@@ -1,16 +1,17 @@
 """The one executor for partition work on this machine: ``PartitionRunner``.
 
-One-shot and follow runs, with or without a group, go through it. It keeps one worker thread
-per local partition this process owns, each running ``task.run_partition`` (rounds of re-plan,
-fence, verified copy, with the one retry policy); a one-shot run first takes many small
-partitions' first rounds together (``run.small``) and gives a worker each only to those it
-leaves. Ownership comes from the local group (``group`` set: partsync processes of one job
+One-shot and follow runs, with or without a group, go through it. It hands every local
+partition this process owns to the copy engine (``run.engine``: rounds of re-plan, fence,
+verified copy, with the one retry policy, on a few threads for all partitions); a one-shot run
+first takes many small partitions' first rounds together (``run.small``) and hands the engine
+only those it leaves. Ownership comes from the local group (``group`` set: partsync processes of one job
 split the partitions through the LOCAL cluster's group coordinator) or, without one, is every
 task given.
 
-Losing ownership (rebalance, lease expiry, fencing, a stop request) stops the worker's copy at
-once: batches not yet sent are dropped, the ones in flight are confirmed. In follow mode a
-caught-up worker waits on the sources' ``Tail`` (the broker's fetch wait) for new data.
+Losing ownership (rebalance, lease expiry, fencing, a stop request) stops the partition's copy
+at once: batches not yet sent are dropped, the ones in flight are confirmed. In follow mode a
+caught-up partition waits, without a thread, on the sources' ``Tail`` (the broker's fetch wait)
+for new data.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from partsync.io.pool import ClusterPool
 from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
+from partsync.run.engine import Engine
 from partsync.run.small import choose_small, first_round_small
-from partsync.run.task import PartitionTask, RoundHooks, merge_results, run_partition
+from partsync.run.task import PartitionTask, merge_results
 from partsync.run.topic_watch import TopicChanges, TopicWatch
 
 __all__ = ["PartitionRunner", "RunObserver", "RunOptions"]
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
-_RECHECK_S = 30.0  # a caught-up worker re-reads bounds this often even if no doorbell rang
 _HEARTBEAT_S = 1.0  # how often the control loop tells the observer it runs (liveness)
 
 
@@ -93,78 +94,6 @@ class RunObserver(Protocol):
     def watch_group(self, member: GroupMember) -> None: ...
 
 
-class _Worker:
-    def __init__(
-        self, runner: PartitionRunner, task: PartitionTask, after: PartitionResult | None = None
-    ) -> None:
-        self.runner = runner
-        self.task = task
-        self.after = after  # a first round that failed in ``run.small``
-        self.tp: TopicPartition = task.key
-        member = runner.member
-        self.stop = threading.Event() if member is None else LeasedStop(member.lease)
-        self.doorbell = threading.Event()
-        self.finished = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, name=f"own-{self.tp[0]}-{self.tp[1]}", daemon=True
-        )
-
-    def _run(self) -> None:
-        r = self.runner
-        hooks = RoundHooks(
-            slots=r.slots,
-            on_round=r.record,
-            on_plan=r.observer.observe_plan if r.observer else None,
-            wait_for_data=self._wait_for_data if r.opts.follow else None,
-            handed_over=lambda: not r.stop.is_set(),
-        )
-        # With an observer, each verified append also stamps the runner's progress (liveness):
-        # a field update per batch, read by the control loop.
-        progress = self._progress if r.observer else r.progress
-        try:
-            run_partition(
-                self.task, r.pool, progress=progress, stop=self.stop, hooks=hooks, after=self.after
-            )
-        except Exception as e:  # pragma: no cover - a bug; report it on the partition
-            log.exception("worker %s-%d crashed", *self.tp)
-            p = self.task.plan
-            r.record(
-                PartitionResult(
-                    p.topic,
-                    p.partition,
-                    Status.ERROR,
-                    p.local.end,
-                    p.local.end,
-                    p.target_end,
-                    reason=f"crashed: {e!r}",
-                    error=PartsyncError(f"crashed: {e!r}"),
-                )
-            )
-        finally:
-            with r._lock:
-                self.finished.set()
-                r._running -= 1
-            r.wake.set()
-
-    def _progress(self, topic: str, partition: int, size: int, next_offset: int) -> None:
-        r = self.runner
-        r.progressed = time.monotonic()
-        if r.progress is not None:
-            r.progress(topic, partition, size, next_offset)
-
-    def _wait_for_data(self, offset: int) -> None:
-        self.doorbell.clear()
-        tails = self.runner.tails.values()
-        for tail in tails:
-            tail.watch(self.tp, offset, self.doorbell)
-        deadline = time.monotonic() + _RECHECK_S
-        while not self.stop.is_set() and not self.doorbell.wait(0.2):
-            if time.monotonic() > deadline:
-                break
-        for tail in tails:
-            tail.unwatch(self.tp)
-
-
 @dataclass(eq=False)
 class _SmallRound:
     """The first rounds of many small partitions, taken together (``run.small``)."""
@@ -203,14 +132,12 @@ class PartitionRunner:
         self.progress = progress
         self.observer = observer
         self.tasks: dict[TopicPartition, PartitionTask] = {t.key: t for t in tasks}
-        self.slots = threading.BoundedSemaphore(max(1, opts.parallelism))
-        self.workers: dict[TopicPartition, _Worker] = {}
         self.results: dict[TopicPartition, PartitionResult] = {}
-        # Workers started and not finished (counted, not scanned: a run of 1000 partitions
-        # checks this each time one of them finishes).
+        # Partitions started and not finished, and the small first round under way (counted,
+        # not scanned: a run of 1000 partitions checks this each time one of them finishes).
         self._running = 0
         self.member: GroupMember | None = None
-        # Set when a worker finishes, so a one-shot run ends as soon as the last one does.
+        # Set when a partition finishes, so a one-shot run ends as soon as the last one does.
         self.wake = threading.Event()
         self._lock = threading.Lock()
         # The first rounds taken together (one per run), and whether workers may still start.
@@ -226,6 +153,19 @@ class PartitionRunner:
             refs = {ref.name: ref for t in tasks for ref in t.sources}
             for name, ref in refs.items():
                 self.tails[name] = Tail(pool.get(ref), opts.follow_wait_ms, on_hw, on_batch)
+        self.engine = Engine(
+            pool,
+            workers=opts.parallelism,
+            follow=opts.follow,
+            tails=self.tails,
+            # With an observer, each verified append also stamps the runner's progress
+            # (liveness): a field update per batch, read by the control loop.
+            progress=self._progress if observer else progress,
+            on_round=self.record,
+            on_plan=observer.observe_plan if observer else None,
+            on_finished=self._finished,
+            handed_over=lambda: not self.stop.is_set(),
+        )
 
     # -- GroupListener ------------------------------------------------------------------
 
@@ -255,9 +195,9 @@ class PartitionRunner:
         finishing: _SmallRound | None = None,
         after: dict[TopicPartition, PartitionResult] | None = None,
     ) -> None:
-        """A worker for each partition that has none running. The partitions of the small
-        first rounds still under way get theirs from that round when it ends (``finishing``:
-        this is that end), so no partition is ever written by both."""
+        """Hand the engine each partition whose rounds are not going. The partitions of the
+        small first rounds still under way are handed on by that round when it ends
+        (``finishing``: this is that end), so no partition is ever written by both."""
         with self._lock:
             if finishing is not None:
                 finishing.done = True
@@ -275,12 +215,9 @@ class PartitionRunner:
                     # topic grew): not written; the watch looks for new partitions at once.
                     self._watch_now.set()
                     continue
-                w = self.workers.get(tp)
-                if w is not None and not w.finished.is_set():
-                    continue
-                w = self.workers[tp] = _Worker(self, task, (after or {}).get(tp))
-                self._running += 1
-                w.thread.start()
+                stop = threading.Event() if self.member is None else LeasedStop(self.member.lease)
+                if self.engine.start(task, stop, (after or {}).get(tp)):
+                    self._running += 1
 
     def _first_round_small(self, parts: list[TopicPartition]) -> list[TopicPartition]:
         """A one-shot run takes many small partitions' first rounds together (``run.small``):
@@ -290,7 +227,9 @@ class PartitionRunner:
         with self._lock:
             if self._closing or self._small is not None:
                 return parts
-            tasks = [self.tasks[tp] for tp in parts if tp in self.tasks and tp not in self.workers]
+            tasks = [
+                self.tasks[tp] for tp in parts if tp in self.tasks and not self.engine.started(tp)
+            ]
             small = choose_small(tasks)
             if not small:
                 return parts
@@ -342,18 +281,15 @@ class PartitionRunner:
             self.wake.set()
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
+        # Outside the lock: a parked partition's rounds end at once, which reports back here.
+        ended = self.engine.stop(parts)
         with self._lock:
-            for tp in parts:
-                w = self.workers.get(tp)
-                if w is not None:
-                    w.stop.set()
             job = self._small
             gone = job.parts.intersection(parts) if job is not None and not job.done else set()
             if job is not None:
                 job.revoked.update(gone)
                 for tp in gone:
                     job.stops[tp].set()
-            stopped = [w for w in self.workers.values() if w.stop.is_set()]
             self._owned.difference_update(parts)
             still = sorted(self._owned)
         if wait:
@@ -363,8 +299,8 @@ class PartitionRunner:
                 for tp in gone:
                     if (settled := job.settled.get(tp)) is not None:
                         settled.wait()
-            for w in stopped:
-                w.thread.join()
+            for ev in ended:
+                ev.wait()
         if self.observer:
             self.observer.set_owned(still)
 
@@ -393,11 +329,9 @@ class PartitionRunner:
                 keys = [k for k in self.tasks if k[0] == topic]
                 tasks = {k: self.tasks.pop(k) for k in keys}
                 self._owned.difference_update(keys)
-                workers = [self.workers[k] for k in keys if k in self.workers]
-            for w in workers:
-                w.stop.set()
-            for w in workers:
-                w.thread.join()
+            ended = self.engine.stop(keys)
+            for ev in ended:
+                ev.wait()
             for (t, p), task in tasks.items():
                 prev = self.results.get((t, p))
                 end = prev.local_end_after if prev else task.plan.local.end
@@ -455,6 +389,16 @@ class PartitionRunner:
             self.results[key] = merge_results(prev, result) if prev else result
         if self.observer:
             self.observer.observe(result)
+
+    def _progress(self, topic: str, partition: int, size: int, next_offset: int) -> None:
+        self.progressed = time.monotonic()
+        if self.progress is not None:
+            self.progress(topic, partition, size, next_offset)
+
+    def _finished(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._running -= 1
+        self.wake.set()
 
     def _idle(self) -> bool:
         """One-shot: every partition this process owns now has had its rounds."""
@@ -516,8 +460,9 @@ class PartitionRunner:
             self._watch_now.set()
             with self._lock:
                 self._closing = True  # nothing starts after the revoke below
-                everything = list(self.workers) + sorted(self._small.parts if self._small else ())
+                everything = self.engine.keys() + sorted(self._small.parts if self._small else ())
             self.revoke(everything, wait=True)
+            self.engine.close()
             for t in self.tails.values():
                 t.close()
         return fatal

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from partsync.run.planner import (
     whole_topic_results,
 )
 from partsync.run.runner import PartitionRunner, RunObserver, RunOptions
-from partsync.run.task import PartitionTask
+from partsync.run.task import PartitionTask, tasks_for
 from partsync.run.topic_watch import TopicWatch
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "plan_exit_status",
     "run_job",
     "run_sync",
-    "tasks_for",
 ]
 
 
@@ -70,39 +68,6 @@ class Engine:
         on_result: Callable[[PartitionResult], None] | None = None,
     ) -> list[PartitionResult]:
         raise NotImplementedError
-
-
-def tasks_for(
-    req: SyncRequest, plans: Sequence[TopicPlan], retries: int = 2, *, behind_only: bool = True
-) -> list[PartitionTask]:
-    """One task per partition of the topics not refused as a whole: the partitions that are
-    behind, or (``behind_only`` off, for members that own partitions rather than copies) all."""
-    tasks = []
-    for tp in plans:
-        if tp.refused or tp.error:
-            continue
-        for plan in tp.partitions:
-            if behind_only and plan.condition is not Condition.BEHIND:
-                continue
-            # The sources that answered the plan, and those that did not (a round asks them
-            # again: they may be back, and ahead).
-            srcs = tuple(
-                r for r in req.sources if r.name in plan.sources or r.name in tp.unreachable
-            )
-            tasks.append(
-                PartitionTask(
-                    plan,
-                    srcs,
-                    req.local,
-                    req.options,
-                    tp.rules,
-                    req.policy,
-                    retries,
-                    planned_at=tp.planned_at,
-                    planned_in=os.getpid(),
-                )
-            )
-    return tasks
 
 
 # What stopped a run (SyncReport.stopped), as a partition's reason says it.
@@ -157,40 +122,6 @@ def _report(
     order = {t: i for i, t in enumerate(req.topics)}
     topics.sort(key=lambda t: order.get(t.topic, 0))
     return SyncReport(tuple(topics), seconds, why)
-
-
-def run_sync(
-    req: SyncRequest,
-    engine: Engine,
-    pool: ClusterPool,
-    *,
-    plans: list[TopicPlan] | None = None,
-    on_result: Callable[[PartitionResult], None] | None = None,
-    retries: int = 2,
-    stop: threading.Event | None = None,
-    stopped_reason: Callable[[], str | None] | None = None,
-) -> SyncReport:
-    """Plan (unless given plans; missing topics are created when the request says so), run the
-    behind partitions on ``engine`` and report. Each task retries retriable failures itself,
-    re-planning from fresh bounds, since the local log end is the checkpoint."""
-    started = time.monotonic()
-    if plans is None:
-        plans = apply_topic_changes(req, pool, plan_topics(req, pool))
-    tasks = tasks_for(req, plans, retries)
-    results = (
-        {(r.topic, r.partition): r for r in engine.run(tasks, pool, on_result)} if tasks else {}
-    )
-    stopped = stop is not None and stop.is_set()
-    why = stopped_reason() if stopped_reason and stopped else None
-    return _report(
-        req,
-        plans,
-        results,
-        group=None,
-        stopped=stopped,
-        seconds=time.monotonic() - started,
-        why=why,
-    )
 
 
 def default_group(topics: Sequence[str]) -> str:
@@ -301,6 +232,35 @@ def run_job(
     if fatal is not None:
         code = ExitStatus.FAILURE
     return JobOutcome(report, code, fatal)
+
+
+def run_sync(
+    req: SyncRequest,
+    pool: ClusterPool,
+    *,
+    engine: Engine | None = None,
+    opts: RunOptions | None = None,
+    use_group: bool = True,
+    retries: int = 2,
+    stop: threading.Event | None = None,
+    stopped_reason: Callable[[], str | None] | None = None,
+) -> SyncReport:
+    """A one-shot sync the way ``partsync sync`` runs it: plan (missing topics created when the
+    request says so), then ``run_job`` (in the local group unless ``use_group`` is off, or on
+    ``engine``). The demo and the tests use this, so they take the users' path."""
+    plans = apply_topic_changes(req, pool, plan_topics(req, pool))
+    outcome = run_job(
+        req,
+        pool,
+        plans,
+        opts or RunOptions(),
+        engine=engine,
+        retries=retries,
+        use_group=use_group,
+        stop=stop,
+        stopped_reason=stopped_reason,
+    )
+    return outcome.report
 
 
 def plan_exit_status(plans: Sequence[TopicPlan]) -> ExitStatus:

@@ -1,13 +1,13 @@
-"""The per-partition task every engine runs: rounds of re-plan, fence, verified copy, with one
-retry policy.
+"""The per-partition task every engine runs, and its round: re-plan, fence, verified copy.
 
 A ``PartitionTask`` is plain picklable data (plan, cluster references, options), so the local
-runner runs it on a thread and the Spark engine on an executor, with the same code and the same
+runner and a Spark executor run it with the same code (``run.engine``) and the same
 ``PartitionResult``. A *round* re-reads the partition's bounds where it runs (the driver's plan
 may be stale: a retried Spark task, an earlier crashed attempt), takes the partition over by
 opening a producer session (the new epoch fences any earlier writer) and reads the bounds again
-after the fence, then copies. ``run_partition`` runs rounds until the partition is caught up,
-refused, handed over or out of retries; in follow mode it waits for new data between rounds.
+after the fence, then copies. The engine runs rounds until the partition is caught up,
+refused, handed over or out of retries (``plan.rounds``); in follow mode it waits for new data
+between rounds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from partsync.config import ClusterRef
@@ -25,7 +25,7 @@ from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
 from partsync.copy.producer import ProducerSession, open_producer_for, renew_producer
-from partsync.errors import ClusterError, FencedError, HandedOnError, PartsyncError, StoppedError
+from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
@@ -38,18 +38,16 @@ from partsync.plan.comparator import (
 )
 from partsync.plan.results import PartitionResult, Status
 from partsync.plan.topic_rules import LocalTopicRules
-from partsync.retry import Backoff
-from partsync.run.planner import uncopied_result
+from partsync.run.planner import SyncRequest, TopicPlan, uncopied_result
 
 __all__ = [
     "PartitionTask",
-    "RoundHooks",
     "copy_round",
     "interrupted",
     "merge_results",
+    "refresh_metadata",
     "refresh_plan",
-    "run_partition",
-    "run_partition_task",
+    "tasks_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -253,116 +251,7 @@ def merge_results(first: PartitionResult, retry: PartitionResult) -> PartitionRe
     return merged
 
 
-@dataclass
-class RoundHooks:
-    """What a runner adds around the rounds of one partition (all optional).
-
-    ``slots``: held while a round runs (bounds concurrent copies). ``on_round``: every round's
-    result as it ends. ``on_plan``: every plan a round makes. ``wait_for_data(offset)``: follow
-    mode, called when caught up; returns once the sources may have more. ``handed_over()``: true
-    when a stop means ownership moved away (a hand-over), not a stop request."""
-
-    slots: threading.BoundedSemaphore | None = None
-    on_round: Callable[[PartitionResult], None] | None = None
-    on_plan: Callable[[PartitionPlan], None] | None = None
-    wait_for_data: Callable[[int], None] | None = None
-    handed_over: Callable[[], bool] | None = None
-
-
-def run_partition(
-    task: PartitionTask,
-    pool: ClusterPool,
-    *,
-    progress: ProgressFn | None = None,
-    stop: threading.Event | None = None,
-    hooks: RoundHooks | None = None,
-    after: PartitionResult | None = None,
-) -> PartitionResult:
-    """Rounds until caught up (or, following, until stopped); the merged result of them all.
-
-    A retriable failure is retried with backoff (a new session, bounds read again); anything
-    else ends the partition: unsafe needs a person, handed over means another writer has it.
-    ``after``: a first round that failed elsewhere (``run.small``, already reported): the
-    rounds go on from it as from their own failed round, after the same wait."""
-    hooks = hooks or RoundHooks()
-    stop = stop or threading.Event()
-    follow = hooks.wait_for_data is not None
-    backoff = Backoff(RETRY_FIRST_S, RETRY_CAP_S, cancel=stop)
-    session: ProducerSession | None = None
-    merged: PartitionResult | None = None
-    failures = 0
-    last_start: int | None = None  # where the previous round found the local log ending
-    last_end = task.plan.local.end  # where the previous round (or the plan) left it
-    while True:
-        reported = after is not None
-        if after is not None:
-            result, after = after, None
-        elif hooks.slots is not None:
-            with hooks.slots:
-                result, session = copy_round(
-                    task,
-                    pool,
-                    session,
-                    progress=progress,
-                    stop=stop,
-                    on_plan=hooks.on_plan,
-                    first=merged is None,
-                    last_end=last_end,
-                )
-        else:
-            result, session = copy_round(
-                task,
-                pool,
-                session,
-                progress=progress,
-                stop=stop,
-                on_plan=hooks.on_plan,
-                first=merged is None,
-                last_end=last_end,
-            )
-        last_end = result.local_end_after
-        if stop.is_set() and result.status in (Status.ERROR, Status.STOPPED):
-            result = interrupted(result, hooks.handed_over)
-        if hooks.on_round is not None and not reported:
-            hooks.on_round(result)
-        merged = merge_results(merged, result) if merged is not None else result
-        if result.status in (Status.UNSAFE, Status.HANDED_OVER) or stop.is_set():
-            return merged  # it needs a person, someone else writes it now, or we were stopped
-        if isinstance(result.error, HandedOnError):
-            # Copied together up to a batch this partition's own rounds must see to: they go
-            # on from the local end at once; not a failure, and no retry is spent on it.
-            session = None
-            last_start = max(last_start or 0, result.local_end_before)
-            continue
-        if result.status is Status.ERROR:
-            # Progress before the failure starts a new run of bad luck: appends confirmed, or
-            # the local log moved since the last round (an append whose answer a cut lost).
-            moved = last_start is not None and result.local_end_before > last_start
-            if result.batches or moved:
-                failures = 0
-                backoff.reset()
-            # The furthest start seen: a round that failed before planning reports the
-            # driver's (older) start, which must not count as the log moving.
-            last_start = max(last_start or 0, result.local_end_before)
-            failures += 1
-            if not result.retriable or (not follow and failures > task.retries):
-                return merged
-            session = None  # the broker's sequence state is unknown after a failure
-            if not backoff.wait():
-                return merged
-            _refresh_metadata(task, pool)  # a moved leader is asked, not the old one again
-            continue
-        failures = 0
-        backoff.reset()
-        if hooks.wait_for_data is None:
-            return merged
-        waited = result.local_end_after if result.wait_from is None else result.wait_from
-        hooks.wait_for_data(waited)
-        if stop.is_set():
-            return merged
-
-
-def _refresh_metadata(task: PartitionTask, pool: ClusterPool) -> None:
+def refresh_metadata(task: PartitionTask, pool: ClusterPool) -> None:
     """Forget every cluster's metadata the task uses before a retry: after
     NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or a lost broker, the partition's leader (and
     the writer shared per leader) must be looked up again."""
@@ -388,27 +277,34 @@ def interrupted(result: PartitionResult, handed_over: Callable[[], bool] | None)
     )
 
 
-def run_partition_task(
-    task: PartitionTask,
-    pool: ClusterPool | None = None,
-    progress: ProgressFn | None = None,
-    stop: threading.Event | None = None,
-) -> PartitionResult:
-    """``run_partition`` with a pool of its own unless one is given (a Spark executor's task).
-    Never raises for Kafka or data problems: they come back as the result's status and reason.
-
-    The result is reported against the driver's starting point, so a resumed task's numbers add
-    up."""
-    own = pool is None
-    pool = pool or ClusterPool()
-    try:
-        result = run_partition(task, pool, progress=progress, stop=stop)
-    finally:
-        if own:
-            pool.close()
-    start = task.plan.local.end
-    if result.local_end_before != start:
-        result = result.with_copy(local_end_before=start)
-        if result.status is Status.IN_SYNC and result.local_end_after != start:
-            result = result.with_copy(status=Status.SYNCED)
-    return result
+def tasks_for(
+    req: SyncRequest, plans: Sequence[TopicPlan], retries: int = 2, *, behind_only: bool = True
+) -> list[PartitionTask]:
+    """One task per partition of the topics not refused as a whole: the partitions that are
+    behind, or (``behind_only`` off, for members that own partitions rather than copies) all."""
+    tasks = []
+    for tp in plans:
+        if tp.refused or tp.error:
+            continue
+        for plan in tp.partitions:
+            if behind_only and plan.condition is not Condition.BEHIND:
+                continue
+            # The sources that answered the plan, and those that did not (a round asks them
+            # again: they may be back, and ahead).
+            srcs = tuple(
+                r for r in req.sources if r.name in plan.sources or r.name in tp.unreachable
+            )
+            tasks.append(
+                PartitionTask(
+                    plan,
+                    srcs,
+                    req.local,
+                    req.options,
+                    tp.rules,
+                    req.policy,
+                    retries,
+                    planned_at=tp.planned_at,
+                    planned_in=os.getpid(),
+                )
+            )
+    return tasks

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from partsync.errors import PartsyncError
 from partsync.io.pool import ClusterPool
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
-from partsync.run.task import PartitionTask
+from partsync.run.task import PartitionTask, tasks_for
 
 __all__ = ["TopicChanges", "TopicWatch", "recreated_reason"]
 
@@ -127,7 +127,6 @@ class TopicWatch:
                 f"{known}; not copying the new ones ({why})",
             )
             return None
-        from partsync.run.sync import tasks_for  # sync imports the runner, which imports us
 
         local = pool.get(self.req.local)
         info = local.topic(topic, refresh=True)

@@ -214,9 +214,9 @@ def diff(
     )
     runner = None
     if engine == "spark":
-        from partsync.engines import make_engine
+        from partsync.engines import spark_engine
 
-        runner = make_engine("spark", spark_master=spark_master).diff_runner(slice_offsets)  # type: ignore[attr-defined]
+        runner = spark_engine(spark_master).diff_runner(slice_offsets)
     with ClusterPool() as pool:
         report = diff_topics(req, pool, parallelism=parallelism, runner=runner)
     if html_path:

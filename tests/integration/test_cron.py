@@ -107,7 +107,6 @@ def test_throttle_caps_the_rate_by_the_limiters_accounting(
     from partsync.config import Config
     from partsync.copy.options import CopyOptions
     from partsync.copy.throttle import limiter_for
-    from partsync.engines.local import LocalEngine
     from partsync.io.pool import ClusterPool
     from partsync.run.planner import SyncRequest
     from partsync.run.sync import run_sync
@@ -123,7 +122,7 @@ def test_throttle_caps_the_rate_by_the_limiters_accounting(
         options=CopyOptions(max_bytes_per_sec=rate),
     )
     with ClusterPool() as pool:
-        report = run_sync(req, LocalEngine(), pool)
+        report = run_sync(req, pool)
     assert report.exit_status == 0
     copied = sum(p.bytes for p in report.all_partitions())
     lim = limiter_for("run", rate)

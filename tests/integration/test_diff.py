@@ -17,7 +17,6 @@ from partsync._kafka import Connection
 from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker, free_port
 from partsync.demo.data import COMPRESSIONS, create_topic, make_records, produce
-from partsync.engines.local import LocalEngine
 from partsync.errors import ExitStatus
 from partsync.io.pool import ClusterPool
 from partsync.plan.diff_model import DiffOptions, DiffReport, DiffRequest, DiffStatus, Level
@@ -58,9 +57,7 @@ def create_everywhere(brokers: Sequence[Broker], topic: str, partitions: int = 1
 def copy(topic: str, src: ClusterRef, dst: ClusterRef) -> None:
     """partsync sync: the way identical clusters are made."""
     with ClusterPool() as pool:
-        report = run_sync(
-            SyncRequest(topics=(topic,), sources=(src,), local=dst), LocalEngine(), pool
-        )
+        report = run_sync(SyncRequest(topics=(topic,), sources=(src,), local=dst), pool)
     assert report.exit_status is ExitStatus.OK, report.to_dict()
 
 

@@ -10,7 +10,6 @@ pytest.importorskip("pyspark")
 from partsync.config import ClusterRef, Config
 from partsync.demo import data
 from partsync.demo.brokers import Broker
-from partsync.engines.local import LocalEngine
 from partsync.engines.spark import SparkEngine
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PlanPolicy
@@ -83,8 +82,8 @@ def test_spark_and_local_engines_give_identical_results(
     _fill(source_a.bootstrap, topics[1], 2, 1200, "zstd")
 
     with ClusterPool() as pool:
-        spark_report = run_sync(_request(topics, source_a, local_proxy), spark_engine, pool)
-        local_report = run_sync(_request(topics, source_a, second_local), LocalEngine(), pool)
+        spark_report = run_sync(_request(topics, source_a, local_proxy), pool, engine=spark_engine)
+        local_report = run_sync(_request(topics, source_a, second_local), pool)
 
     assert spark_report.exit_status == 0, spark_report.to_dict()
     assert {p.status for p in spark_report.all_partitions()} == {Status.SYNCED}
@@ -99,7 +98,7 @@ def test_spark_and_local_engines_give_identical_results(
         data.assert_partitions_identical(source_a.bootstrap, second_local.bootstrap, t, parts)
 
     with ClusterPool() as pool:
-        again = run_sync(_request(topics, source_a, local_proxy), spark_engine, pool)
+        again = run_sync(_request(topics, source_a, local_proxy), pool, engine=spark_engine)
     assert {p.status for p in again.all_partitions()} == {Status.IN_SYNC}
 
 
@@ -118,7 +117,7 @@ def test_task_killed_mid_partition_is_retried_and_stays_offset_identical(
         policy=PlanPolicy(chunk_offsets=500),
     )
     with ClusterPool() as pool:
-        report = run_sync(req, engine, pool, retries=0)
+        report = run_sync(req, pool, engine=engine, retries=0)
     by_part = {p.partition: p for p in report.all_partitions()}
     assert by_part[0].status is Status.SYNCED, by_part[0]
     assert by_part[0].local_end_after == by_part[0].target_end == 4000
@@ -145,7 +144,7 @@ def test_task_that_keeps_failing_comes_back_as_partition_errors(
         policy=PlanPolicy(chunk_offsets=500),
     )
     with ClusterPool() as pool:
-        report = run_sync(req, engine, pool, retries=0)
+        report = run_sync(req, pool, engine=engine, retries=0)
     (result,) = report.all_partitions()
     assert result.status is Status.ERROR
     assert result.reason and result.reason.startswith("Spark job failed:")
@@ -154,7 +153,7 @@ def test_task_that_keeps_failing_comes_back_as_partition_errors(
     # Whatever the killed attempts appended is a prefix of the source, at the same offsets, and
     # an ordinary rerun completes it.
     with ClusterPool() as pool:
-        rerun = run_sync(req, LocalEngine(), pool)
+        rerun = run_sync(req, pool)
     assert rerun.exit_status == 0
     data.assert_partitions_identical(source_a.bootstrap, local_broker.bootstrap, topic, 1)
 

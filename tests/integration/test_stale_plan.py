@@ -9,9 +9,9 @@ from partsync.config import load_config
 from partsync.demo.data import create_topic, produce
 from partsync.io.pool import ClusterPool
 from partsync.plan.results import Status
+from partsync.run.engine import run_partition_task
 from partsync.run.planner import SyncRequest, plan_topics
-from partsync.run.sync import tasks_for
-from partsync.run.task import run_partition_task
+from partsync.run.task import tasks_for
 from tests.integration.sync_support import Clusters, assert_batches_identical, ends, records
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

@@ -1,8 +1,8 @@
 """The runner never gives a partition a worker while the small first rounds taken together
 (``run.small``) may still write it: a KIP-848 assignment that grows calls ``assigned`` with
 the whole assignment again, and a worker beside the round would append to the same partition
-under another epoch. The round's end starts the workers of what it left, minus what was
-revoked meanwhile. Workers here fail at once (a pool that reaches no cluster): only which ones
+under another epoch. The round's end hands the engine what it left, minus what was revoked
+meanwhile. Rounds here fail at once (a pool that reaches no cluster): only which ones
 start is under test; the copy itself is tested against real brokers."""
 
 from __future__ import annotations
@@ -64,9 +64,8 @@ def _runner(
 
 
 def _started(runner: PartitionRunner) -> set[tuple[str, int]]:
-    for w in runner.workers.values():
-        w.thread.join(5)
-    return set(runner.workers)
+    """The partitions handed to the engine (their rounds end at once here)."""
+    return set(runner.engine.keys())
 
 
 def test_a_partition_of_the_round_under_way_gets_no_worker_of_its_own() -> None:
