@@ -35,6 +35,7 @@ Buffer = bytes | bytearray | memoryview
 _HEADER = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_ERROR_SESSION = struct.Struct(">hi")  # Fetch v7+: top-level error code, fetch session id
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _PARTITION = struct.Struct(">ii")  # index, records size
 _FETCH_PARTITION = struct.Struct(">ihqq")  # index, error code, high watermark, last stable
@@ -132,8 +133,9 @@ class RawFetchPartition:
 
 def decode_fetch_response(
     body: Buffer, version: int, offset: int = 0
-) -> tuple[int, int, dict[str, list[RawFetchPartition]]]:
-    """(throttle ms, top-level error code, partitions by topic) of a Fetch response body
+) -> tuple[int, int, int, dict[str, list[RawFetchPartition]]]:
+    """(throttle ms, top-level error code, fetch session id, partitions by topic) of a Fetch
+    response body
     (after the response header, which starts at ``offset``'s caller). Raises ValueError on a
     body that does not parse."""
     if version not in FETCH_VERSIONS:
@@ -143,10 +145,10 @@ def decode_fetch_response(
     try:
         (throttle,) = _I32.unpack_from(view, pos)
         pos += 4
-        error = 0
+        error = session_id = 0
         if version >= 7:
-            (error,) = _I16.unpack_from(view, pos)
-            pos += 2 + 4  # error code, session id
+            error, session_id = _ERROR_SESSION.unpack_from(view, pos)
+            pos += _ERROR_SESSION.size
         (n_topics,) = _I32.unpack_from(view, pos)
         pos += 4
         out: dict[str, list[RawFetchPartition]] = {}
@@ -187,4 +189,4 @@ def decode_fetch_response(
         raise ValueError(f"truncated Fetch response: {e}") from None
     if pos != len(view):
         raise ValueError(f"{len(view) - pos} bytes left over after the Fetch response")
-    return throttle, error, out
+    return throttle, error, session_id, out

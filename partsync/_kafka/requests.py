@@ -113,7 +113,13 @@ def _fetch_request(
     min_bytes: int,
     max_bytes: int,
     rack: str = "",
+    *,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Mapping[str, list[int]] | None = None,
 ) -> FetchRequest:
+    """A Fetch without a fetch session (epoch -1), or in one (KIP-227: ``session_id`` and
+    ``session_epoch`` as ``plan.fetch_session`` says, ``forgotten`` partitions leaving it)."""
     P = FetchRequest.FetchTopic.FetchPartition
     return FetchRequest(
         replica_id=-1,
@@ -121,8 +127,8 @@ def _fetch_request(
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=[
             FetchRequest.FetchTopic(
                 topic=topic,
@@ -133,7 +139,10 @@ def _fetch_request(
             )
             for topic, parts in wanted.items()
         ],
-        forgotten_topics_data=[],
+        forgotten_topics_data=[
+            FetchRequest.ForgottenTopic(topic=t, partitions=ps)
+            for t, ps in (forgotten or {}).items()
+        ],
         rack_id=rack,
     )
 
@@ -279,31 +288,73 @@ class Connection(BrokerConnection, GroupRequests, AdminRequests, ProbeRequests):
         to wait before its next request (a quota)."""
         return {p: f for (_t, p), f in self.receive_fetch_many().items()}
 
+    def send_fetch_session(
+        self,
+        session_id: int,
+        epoch: int,
+        wanted: Mapping[str, list[tuple[int, int, int]]],
+        forgotten: Mapping[str, list[int]],
+        *,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        """A Fetch in a fetch session (KIP-227; Fetch v7+, the session id and epoch from
+        ``plan.fetch_session``), to the leader (no rack: a doorbell waits on the leader's log);
+        read it with ``receive_fetch_session``."""
+        req = _fetch_request(
+            wanted,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            session_id=session_id,
+            session_epoch=epoch,
+            forgotten=forgotten,
+        )
+        self.send("Fetch", req)
+
+    def receive_fetch_session(self) -> tuple[int, int, dict[tuple[str, int], FetchedPartition]]:
+        """(top-level error code, session id, partitions) of the answer to
+        ``send_fetch_session``: the session errors come back as codes (the session is gone, a
+        full request starts another), not raised."""
+        return self._receive_fetch(raise_error=False)
+
     def receive_fetch_many(self) -> dict[tuple[str, int], FetchedPartition]:
         """The answer to ``send_fetch_many`` by (topic, partition), as ``receive_fetch``."""
+        return self._receive_fetch(raise_error=True)[2]
+
+    def _receive_fetch(
+        self, *, raise_error: bool
+    ) -> tuple[int, int, dict[tuple[str, int], FetchedPartition]]:
         body, at = self.receive_body()
         try:
-            throttle, error, topics = decode_fetch_response(body, self.version("Fetch"), at)
+            throttle, error, session_id, topics = decode_fetch_response(
+                body, self.version("Fetch"), at
+            )
         except ValueError as e:
             self.close()  # out of step with the broker from here
             raise ClusterError(
                 f"Fetch response does not parse: {e}", cluster=self.cluster
             ) from None
         self.last_throttle_ms = throttle
-        if error:
+        if error and raise_error:
             raise_for_code(error, "Fetch", cluster=self.cluster)
-        return {
-            (topic, p.partition): FetchedPartition(
-                p.partition,
-                p.error_code,
-                p.high_watermark,
-                p.log_start_offset,
-                p.records,
-                p.preferred_read_replica,
-            )
-            for topic, parts in topics.items()
-            for p in parts
-        }
+        return (
+            error,
+            session_id,
+            {
+                (topic, p.partition): FetchedPartition(
+                    p.partition,
+                    p.error_code,
+                    p.high_watermark,
+                    p.log_start_offset,
+                    p.records,
+                    p.preferred_read_replica,
+                )
+                for topic, parts in topics.items()
+                for p in parts
+            },
+        )
 
     def _fetch_answer(self, resp: Any) -> tuple[dict[int, FetchedPartition], int]:
         throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)

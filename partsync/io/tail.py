@@ -1,11 +1,14 @@
 """Waiting for new source data in follow mode, with the broker's fetch wait (no busy polling).
 
-One ``Tail`` per source cluster long-polls, for every partition whose worker is idle, the
-partition's leader at the offset the local log ends at: one Fetch per (leader, topic) covering
-all waiting partitions, with ``max_wait_ms`` and ``min_bytes=1``, so the broker answers the
-moment data arrives. A partition with data (or an error worth re-planning for) has its event set;
-the worker then runs a normal verified copy round. The poll asks for little data per partition:
-it is a doorbell, the copy round fetches the batches. What it does get is still reported
+One ``Tail`` per source cluster long-polls, for every partition parked in the engine, the
+partition's leader at the offset the local log ends at: one Fetch per leader covering all
+waiting partitions, with ``max_wait_ms`` and ``min_bytes=1``, so the broker answers the moment
+data arrives. Each leader's polls run in an incremental fetch session (KIP-227,
+``plan.fetch_session``): an idle poll names no partition and its answer lists none, however
+many partitions wait. A partition with data (or an error worth re-planning for) has its wake
+callback called (outside the tail's lock) and leaves the session at the next poll; the engine
+then runs a normal verified copy round. The poll asks for little data per partition: it is a
+doorbell, the copy round fetches the batches. What it does get is still reported
 (``on_batch``): the newest data batch an answer holds, whose timestamp the lag in seconds of
 the live metrics is measured with.
 """
@@ -14,12 +17,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from partsync._kafka import LEADER_MOVED_CODES, Connection
+from partsync._kafka import LEADER_MOVED_CODES, Connection, error_name, raise_for_code
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
+from partsync.plan.fetch_session import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    FetchSession,
+)
 from partsync.wire.batch import iter_batches
 
 __all__ = ["Tail"]
@@ -30,6 +39,7 @@ TopicPartition = tuple[str, int]
 HighWatermarkFn = Callable[[str, str, int, int], None]  # (source, topic, partition, high watermark)
 # (source, topic, partition, last offset, max timestamp ms) of the newest data batch an answer held
 BatchSeenFn = Callable[[str, str, int, int, int], None]
+WakeFn = Callable[[], None]
 
 _DOORBELL_BYTES = 1024
 
@@ -46,17 +56,22 @@ class Tail:
         self.wait_ms = max(1, wait_ms)
         self.on_high_watermark = on_high_watermark
         self.on_batch = on_batch
-        self._waiting: dict[TopicPartition, tuple[int, threading.Event]] = {}
+        self._waiting: dict[TopicPartition, tuple[int, WakeFn]] = {}
         self._cv = threading.Condition()
         self._closed = False
         self._conns: dict[int, Connection] = {}
+        self._sessions: dict[int, FetchSession] = {}  # per leader, with its connection
+        # Polls sent as full and as incremental fetch requests (KIP-227), for tests and bench.
+        self.full_requests = 0
+        self.incremental_requests = 0
         self._thread = threading.Thread(target=self._run, name=f"tail-{cluster.name}", daemon=True)
         self._thread.start()
 
-    def watch(self, tp: TopicPartition, offset: int, event: threading.Event) -> None:
-        """Set ``event`` once the source has data at or beyond ``offset`` for ``tp``."""
+    def watch(self, tp: TopicPartition, offset: int, wake: WakeFn) -> None:
+        """Call ``wake`` once the source has data at or beyond ``offset`` for ``tp`` (or an
+        answer worth re-planning for), once; a later watch of ``tp`` replaces this one."""
         with self._cv:
-            self._waiting[tp] = (offset, event)
+            self._waiting[tp] = (offset, wake)
             self._cv.notify()
 
     def unwatch(self, tp: TopicPartition) -> None:
@@ -74,15 +89,16 @@ class Tail:
     def _ring(self, tp: TopicPartition, offset: int) -> None:
         with self._cv:
             cur = self._waiting.get(tp)
-            if cur is not None and cur[0] == offset:
-                del self._waiting[tp]
-                cur[1].set()
+            if cur is None or cur[0] != offset:
+                return
+            del self._waiting[tp]
+        cur[1]()  # outside the lock: the callback may take its own, and watch again
 
     def _ring_all(self) -> None:
         with self._cv:
             waiting, self._waiting = self._waiting, {}
-        for _off, ev in waiting.values():
-            ev.set()
+        for _off, wake in waiting.values():
+            wake()
 
     def _conn(self, leader: int) -> Connection:
         c = self._conns.get(leader)
@@ -90,6 +106,7 @@ class Tail:
             c = self._conns[leader] = self.cluster.connect_to(
                 self.cluster.metadata().brokers[leader], timeout=self.wait_ms / 1000 + 30
             )
+            self._sessions[leader] = FetchSession()  # a session lives on its connection
         return c
 
     def _run(self) -> None:
@@ -101,7 +118,15 @@ class Tail:
                     break
                 snapshot = dict(self._waiting)
             try:
-                self._poll(snapshot)
+                started = time.monotonic()
+                rang = self._poll(snapshot)
+                early = self.wait_ms / 2000 - (time.monotonic() - started)
+                if not rang and early > 0:
+                    # A broker that does not hold a Fetch for max_wait_ms (noida-db answers at
+                    # once) would make this loop spin: an answer with nothing new within half
+                    # the wait waits out the rest, unless another partition comes to wait.
+                    with self._cv:
+                        self._cv.wait(early)
             except PartsyncError as e:
                 if self._closed:
                     break
@@ -110,6 +135,7 @@ class Tail:
                 for c in self._conns.values():
                     c.close()
                 self._conns.clear()
+                self._sessions.clear()
                 self._ring_all()
                 with self._cv:
                     self._cv.wait(1.0)
@@ -133,29 +159,61 @@ class Tail:
         if newest is not None and self.on_batch is not None:
             self.on_batch(self.cluster.name, topic, p, newest.last_offset, newest.max_timestamp)
 
-    def _poll(self, snapshot: dict[TopicPartition, tuple[int, threading.Event]]) -> None:
-        groups: dict[tuple[int, str], list[tuple[int, int, int]]] = defaultdict(list)
-        for (topic, p), (offset, _ev) in snapshot.items():
+    def _poll(self, snapshot: dict[TopicPartition, tuple[int, WakeFn]]) -> int:
+        """One long poll of every waiting partition: one Fetch per leader, in that leader's
+        fetch session (``plan.fetch_session``: after the first, a request names only the
+        partitions that changed, and an answer only those with something new). Returns how
+        many partitions it woke."""
+        rang = 0
+        by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+        for tp, (offset, _wake) in snapshot.items():
             try:
-                leader = self.cluster.leader(topic, p)
+                leader = self.cluster.leader(*tp)
             except PartsyncError:
-                self._ring((topic, p), offset)  # the worker will find out what is wrong
+                self._ring(tp, offset)  # the round will find out what is wrong
+                rang += 1
                 continue
-            groups[(leader, topic)].append((p, offset, _DOORBELL_BYTES))
+            by_leader[leader][tp] = offset
         sent = []
-        for (leader, topic), wanted in groups.items():
+        for leader, wanted in by_leader.items():
             conn = self._conn(leader)
-            conn.send_fetch(topic, wanted, max_wait_ms=self.wait_ms, min_bytes=1)
-            sent.append((conn, topic, {p: o for p, o, _ in wanted}))
+            session = self._sessions.setdefault(leader, FetchSession())
+            req = session.request(wanted)
+            fetch: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+            for (topic, p), offset in req.fetch.items():
+                fetch[topic].append((p, offset, _DOORBELL_BYTES))
+            forgotten: dict[str, list[int]] = defaultdict(list)
+            for topic, p in req.forgotten:
+                forgotten[topic].append(p)
+            conn.send_fetch_session(
+                req.session_id, req.epoch, fetch, forgotten, max_wait_ms=self.wait_ms
+            )
+            sent.append((conn, session, req, wanted))
         stale = False
-        for conn, topic, offsets in sent:
-            for p, fp in conn.receive_fetch().items():
-                want = offsets.get(p)
-                if want is None:
+        for conn, session, req, wanted in sent:
+            try:
+                error, session_id, parts = conn.receive_fetch_session()
+            except PartsyncError:
+                session.lost()
+                raise
+            session.answered(req, error, session_id)
+            self.full_requests += req.full
+            self.incremental_requests += not req.full
+            if error in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+                # Evicted (the broker's session slots are shared by every client) or out of
+                # step: the next poll is a full request, in a new session if there is a slot.
+                log.debug("fetch session of %s ended (%s)", self.cluster.name, error_name(error))
+                continue
+            if error:
+                raise_for_code(error, "Fetch", cluster=self.cluster.name)
+            for (topic, p), fp in parts.items():
+                want = wanted.get((topic, p))
+                if want is None:  # not waiting any more (it leaves the session next time)
                     continue
                 if fp.error_code:
                     stale = stale or fp.error_code in LEADER_MOVED_CODES
                     self._ring((topic, p), want)
+                    rang += 1
                     continue
                 if self.on_high_watermark is not None:
                     self.on_high_watermark(self.cluster.name, topic, p, fp.high_watermark)
@@ -163,5 +221,7 @@ class Tail:
                     self._report_batch(topic, p, want, fp.records)
                 if fp.records or fp.high_watermark > want:
                     self._ring((topic, p), want)
+                    rang += 1
         if stale:
             self.cluster.metadata(refresh=True)
+        return rang

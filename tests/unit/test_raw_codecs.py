@@ -99,7 +99,7 @@ def _kafka_python_fetch_body(version: int, records: dict[int, bytes | None]) -> 
     resp = FetchResponse(
         throttle_time_ms=250,
         error_code=0,
-        session_id=0,
+        session_id=(77 if version >= 7 else 0),
         responses=[
             T(
                 topic="orders",
@@ -131,8 +131,14 @@ def test_a_fetch_response_decodes_as_kafka_python_reads_it_with_records_as_views
     raw = b"".join(bytes(b.data) for b in _batches())
     records: dict[int, bytes | None] = {0: raw, 1: raw[:100], 2: None, 3: b""}
     body = b"\x00\x00\x00\x2a" + _kafka_python_fetch_body(version, records)  # header: cid 42
-    throttle, error, topics = decode_fetch_response(body, version, 4)
-    assert (throttle, error, list(topics)) == (250, 0, ["orders"])
+    throttle, error, session_id, topics = decode_fetch_response(body, version, 4)
+    # The fetch session's id (KIP-227) is in answers from v7 on.
+    assert (throttle, error, session_id, list(topics)) == (
+        250,
+        0,
+        77 if version >= 7 else 0,
+        ["orders"],
+    )
     theirs = FetchResponse.decode(memoryview(body)[4:], version=version, header=False)
     mine = topics["orders"]
     assert [p.partition for p in mine] == [0, 1, 2, 3]
