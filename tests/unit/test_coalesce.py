@@ -9,7 +9,7 @@ import pytest
 from partsync.io.coalesce import Coalescer
 
 
-class _Broker:
+class _Asker:
     """An ``ask`` that records every call and can be held mid-call."""
 
     def __init__(self) -> None:
@@ -35,7 +35,7 @@ def _in_threads(fn, args) -> list[threading.Thread]:  # type: ignore[no-untyped-
 
 
 def test_one_asker_gets_its_answer_from_one_call() -> None:
-    b = _Broker()
+    b = _Asker()
     c = Coalescer(b.ask)
     assert c.get(3) == (3, 0)
     assert c.get_many([1, 2]) == {1: (1, 0), 2: (2, 0)}
@@ -43,7 +43,7 @@ def test_one_asker_gets_its_answer_from_one_call() -> None:
 
 
 def test_questions_asked_during_a_call_go_out_together_in_the_next_one() -> None:
-    b = _Broker()
+    b = _Asker()
     b.release.clear()
     c = Coalescer(b.ask)
     got: dict[int, tuple[int, int]] = {}
@@ -86,14 +86,14 @@ def test_a_key_left_out_of_the_answer_is_an_error_for_its_asker_only() -> None:
 
 
 def test_more_keys_than_the_limit_take_several_calls_and_all_are_answered() -> None:
-    b = _Broker()
+    b = _Asker()
     c = Coalescer(b.ask, limit=3)
     assert c.get_many(list(range(7))) == {k: (k, 0) for k in range(7)}
     assert [len(x) for x in b.calls] == [3, 3, 1]
 
 
 def test_the_same_key_asked_twice_at_once_is_asked_once() -> None:
-    b = _Broker()
+    b = _Asker()
     b.release.clear()
     c = Coalescer(b.ask)
     got: list[tuple[int, int]] = []

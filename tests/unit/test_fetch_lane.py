@@ -1,7 +1,7 @@
-"""The fetch lane's packing rules, over a scripted stand-in for one broker connection.
+"""The fetch lane's packing rules, over the scripted stand-in for one broker connection.
 
-The stand-in implements only the adapter calls the lane makes and answers every partition of a
-request with a record naming the offset asked for; the real wire path is covered by the
+The stand-in (``tests/support/scripted_broker.py``) answers every partition of a Fetch with a
+record naming the offset asked for; the real wire path is covered by the
 integration tests (every sync fetches through lanes) and the strict proxy.
 """
 
@@ -12,72 +12,9 @@ import time
 
 import pytest
 
-from partsync._kafka import FetchedPartition
 from partsync.errors import ClusterError
 from partsync.io.fetch_lane import PACK_PARTITIONS, FetchAnswer, FetchLane
-
-
-class ScriptedBroker:
-    def __init__(
-        self,
-        *,
-        rtt: float = 0.0,
-        gate: threading.Event | None = None,
-        throttle_ms: int = 0,
-        cut_at: int | None = None,
-    ) -> None:
-        self.cluster = "test"
-        self.setup_rtt = rtt
-        self.last_throttle_ms = 0
-        self.requests: list[tuple[dict[str, list[tuple[int, int, int]]], int]] = []
-        self._answers: list[dict[tuple[str, int], FetchedPartition]] = []
-        self._cv = threading.Condition()
-        self._gate = gate  # answers are read only once it is set
-        self._throttle_ms = throttle_ms  # the first answer carries it
-        self._cut_at = cut_at  # the answer to this request (0-based) never comes: cut
-        self._received = 0
-        self.closed = False
-
-    def send_fetch_many(
-        self, wanted, *, max_wait_ms: int, min_bytes: int, max_bytes: int, rack: bool = True
-    ) -> None:
-        assert min_bytes == 1 and rack  # lanes carry the client rack unless made without
-        with self._cv:
-            if self.closed:
-                raise ClusterError("closed", cluster=self.cluster)
-            self.requests.append(({t: list(p) for t, p in wanted.items()}, max_bytes))
-            self._answers.append(
-                {
-                    (t, p): FetchedPartition(p, 0, 1000, 0, f"{t}/{p}@{o}".encode())
-                    for t, parts in wanted.items()
-                    for p, o, _m in parts
-                }
-            )
-            self._cv.notify_all()
-
-    def receive_fetch_many(self):
-        if self._gate is not None:
-            self._gate.wait(5)
-        with self._cv:
-            if self._cut_at is not None and self._received == self._cut_at:
-                self.closed = True
-                raise ClusterError("connection closed by broker", cluster=self.cluster)
-            while not self._answers:
-                if self.closed:
-                    raise ClusterError("closed", cluster=self.cluster)
-                self._cv.wait(0.1)
-            self.last_throttle_ms = self._throttle_ms if self._received == 0 else 0
-            self._received += 1
-            return self._answers.pop(0)
-
-    def close(self) -> None:
-        with self._cv:
-            self.closed = True
-            self._cv.notify_all()
-
-    def sent(self) -> int:
-        with self._cv:
-            return len(self.requests)
+from tests.support.scripted_broker import ScriptedBroker
 
 
 def records(fut: FetchAnswer) -> bytes:
@@ -105,7 +42,7 @@ def test_partitions_share_a_request_and_each_gets_its_own_part() -> None:
         assert records(first) == b"t/0@5"
         assert [records(f) for f in rest] == [b"t/1@10", b"t/2@20", b"t/3@30", b"t/4@40"]
         # The four asks that waited for the first answer went together, sized by their sum.
-        assert conn.requests[1] == (
+        assert conn.fetch_requests[1] == (
             {"t": [(1, 10, 100), (2, 20, 100), (3, 30, 100), (4, 40, 100)]},
             400,
         )
@@ -126,8 +63,8 @@ def test_a_partitions_second_ask_waits_for_the_next_request_in_order() -> None:
         gate.set()
         assert records(until_first) == b"t/9@0"
         assert (records(a), records(b), records(c)) == (b"t/0@100", b"t/0@200", b"u/0@300")
-        assert conn.requests[1][0] == {"t": [(0, 100, 10)], "u": [(0, 300, 10)]}
-        assert conn.requests[2][0] == {"t": [(0, 200, 10)]}
+        assert conn.fetch_requests[1][0] == {"t": [(0, 100, 10)], "u": [(0, 300, 10)]}
+        assert conn.fetch_requests[2][0] == {"t": [(0, 200, 10)]}
     finally:
         lane.close()
 
@@ -144,7 +81,7 @@ def test_enough_waiting_partitions_go_without_waiting_for_the_answer() -> None:
         assert conn.sent() == 1  # a few waiting asks wait for the answer in flight ...
         futs.append(lane.submit("t", PACK_PARTITIONS, 0, 10))
         until(lambda: conn.sent() == 2)  # ... but a request's worth goes at once
-        assert len(conn.requests[1][0]["t"]) == PACK_PARTITIONS
+        assert len(conn.fetch_requests[1][0]["t"]) == PACK_PARTITIONS
         gate.set()
         for f in futs:
             records(f)
@@ -179,7 +116,7 @@ def test_request_bytes_cap_splits_requests_but_a_big_ask_still_goes() -> None:
         gate.set()
         for f in futs:
             records(f)
-        assert [m for _w, m in conn.requests] == [1000, 200, 100]
+        assert [m for _w, m in conn.fetch_requests] == [1000, 200, 100]
     finally:
         lane.close()
 
@@ -198,7 +135,8 @@ def test_cancelled_asks_are_dropped_unsent() -> None:
         with pytest.raises(ClusterError, match="copy stopped"):
             stopped.result(5)
         assert all(
-            ("t", 0) not in {("t", p) for p, _o, _m in w.get("t", [])} for w, _m in conn.requests
+            ("t", 0) not in {("t", p) for p, _o, _m in w.get("t", [])}
+            for w, _m in conn.fetch_requests
         )
     finally:
         lane.close()

@@ -5,47 +5,20 @@ from __future__ import annotations
 import threading
 import time
 
-from partsync._kafka import BrokerInfo, Metadata, PartitionMeta, TopicMeta
+from partsync._kafka import BrokerInfo, Metadata
 from partsync.config import ClusterRef
 from partsync.io.cluster import Cluster
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-class Broker:
-    """Answers Metadata like Kafka: the asked-for topics (unknown ones with an error), or all of
-    them for None; records each request's topic list."""
-
-    def __init__(self, topics: dict[str, int], *, omit_unknown: bool = False) -> None:
-        self.topics = topics
-        self.omit_unknown = omit_unknown
-        self.asked: list[list[str] | None] = []
-        self.in_call: threading.Event | None = None
-        self.release: threading.Event | None = None
-
-    def metadata(self, topics: list[str] | None) -> Metadata:
-        self.asked.append(None if topics is None else list(topics))
-        if self.in_call is not None and self.release is not None:
-            self.in_call.set()
-            self.release.wait(5)
-        out = {}
-        for t in self.topics if topics is None else topics:
-            if t in self.topics:
-                parts = {p: PartitionMeta(p, 1, 0, 0) for p in range(self.topics[t])}
-                out[t] = TopicMeta(t, 0, parts, None)
-            elif not self.omit_unknown:
-                out[t] = TopicMeta(t, UNKNOWN_TOPIC_OR_PARTITION, {}, None)
-        return Metadata({1: BrokerInfo(1, "127.0.0.1", 9)}, out)
+from tests.support.scripted_broker import ScriptedBroker
 
 
-def _cluster(broker: Broker) -> Cluster:
+def _cluster(broker: ScriptedBroker) -> Cluster:
     c = Cluster(ClusterRef("local", (("127.0.0.1", 9),)))  # never connects
     c.conns.bootstrap_call = lambda fn: fn(broker)  # type: ignore[method-assign,assignment]
     return c
 
 
 def test_metadata_is_read_for_the_watched_topics_only() -> None:
-    broker = Broker({"a": 2, "b": 3, "other": 100})
+    broker = ScriptedBroker(topics={"a": 2, "b": 3, "other": 100})
     c = _cluster(broker)
     assert c.metadata().brokers  # brokers only: no topic asked about yet
     c.watch(["a", "b"])
@@ -53,43 +26,43 @@ def test_metadata_is_read_for_the_watched_topics_only() -> None:
     assert info is not None and info.partitions == 2
     info_b = c.topic("b")
     assert info_b is not None and info_b.partitions == 3
-    assert broker.asked == [[], ["a", "b"]]  # one read for both watched topics
+    assert broker.metadata_requests == [[], ["a", "b"]]  # one read for both watched topics
     c.topic("a", refresh=True)
-    assert broker.asked[-1] == ["a", "b"]
+    assert broker.metadata_requests[-1] == ["a", "b"]
 
 
 def test_a_topic_asked_about_first_is_read_then_kept() -> None:
-    broker = Broker({"a": 2, "other": 100})
+    broker = ScriptedBroker(topics={"a": 2, "other": 100})
     c = _cluster(broker)
     assert c.topic("missing") is None
     info = c.topic("a")
     assert info is not None and info.partitions == 2
     assert c.topic("missing") is None and c.topic("a") is not None
-    assert broker.asked == [["missing"], ["a", "missing"]]
+    assert broker.metadata_requests == [["missing"], ["a", "missing"]]
 
 
 def test_a_broker_that_leaves_unknown_topics_out_still_reads_as_missing() -> None:
-    broker = Broker({"a": 2}, omit_unknown=True)
+    broker = ScriptedBroker(topics={"a": 2}, omit_unknown=True)
     c = _cluster(broker)
     c.watch(["a", "gone"])
     assert c.topic("gone") is None
     assert c.topic("a") is not None
     assert c.topic("gone") is None
-    assert broker.asked == [["a", "gone"]]  # asked for and left out: not asked again
+    assert broker.metadata_requests == [["a", "gone"]]  # asked for and left out: not asked again
 
 
 def test_listing_reads_every_topic_and_leaves_the_watched_metadata_alone() -> None:
-    broker = Broker({"a": 2, "b": 1})
+    broker = ScriptedBroker(topics={"a": 2, "b": 1})
     c = _cluster(broker)
     c.watch(["a"])
     assert c.topic("a") is not None
     assert sorted(c.list_topics()) == ["a", "b"]
     assert c.topic("a") is not None
-    assert broker.asked == [["a"], None]
+    assert broker.metadata_requests == [["a"], None]
 
 
 def test_a_read_begun_before_a_topic_was_added_does_not_hide_it() -> None:
-    broker = Broker({"a": 2, "b": 3})
+    broker = ScriptedBroker(topics={"a": 2, "b": 3})
     c = _cluster(broker)
     c.watch(["a"])
     broker.in_call, broker.release = threading.Event(), threading.Event()
@@ -105,11 +78,11 @@ def test_a_read_begun_before_a_topic_was_added_does_not_hide_it() -> None:
     asker.join(5)
     info = got[0]
     assert info is not None and getattr(info, "partitions", None) == 3
-    assert broker.asked[0] == ["a"] and broker.asked[-1] == ["a", "b"]
+    assert broker.metadata_requests[0] == ["a"] and broker.metadata_requests[-1] == ["a", "b"]
 
 
 def test_refreshes_asked_for_during_a_read_share_the_next_one() -> None:
-    broker = Broker({"a": 2})
+    broker = ScriptedBroker(topics={"a": 2})
     c = _cluster(broker)
     c.watch(["a"])
     c.metadata()
@@ -128,21 +101,23 @@ def test_refreshes_asked_for_during_a_read_share_the_next_one() -> None:
     for t in [first, *waiting]:
         t.join(5)
     assert not any(t.is_alive() for t in [first, *waiting])
-    assert 3 <= len(broker.asked) <= 4  # the first, the one after it (a late asker: one more)
+    assert (
+        3 <= len(broker.metadata_requests) <= 4
+    )  # the first, the one after it (a late asker: one more)
 
 
 def test_a_broker_connection_is_made_while_metadata_is_read_elsewhere() -> None:
     """A metadata read may take the connection lock (to retire an expiring connection): the
     broker connection's lookup of the broker's address must not hold that lock while it waits
     for the read."""
-    broker = Broker({"a": 2})
+    broker = ScriptedBroker(topics={"a": 2})
     c = _cluster(broker)
     c.conns.connect = lambda host, port: object()  # type: ignore[method-assign,assignment,return-value]
     broker.in_call, broker.release = threading.Event(), threading.Event()
     taken = threading.Event()
 
     def metadata(topics: list[str] | None) -> Metadata:
-        broker.asked.append(topics)
+        broker.metadata_requests.append(topics)
         taken.wait(5)
         time.sleep(0.2)  # broker_conn is waiting for this read by now
         with c.conns._lock:  # as _bootstrap_conn's _retire does

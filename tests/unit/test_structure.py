@@ -1,5 +1,6 @@
 """Structure (issue 38): the formatter owns the layout, partsync's modules import each other
-without cycles, and modules and classes stay small enough to read.
+without cycles, modules and classes stay small enough to read, and tests script a broker's
+answers through one double.
 
 Each rule has an explicit allowlist of today's exceptions that may only shrink: an exception
 that is gone (a cycle removed, a module split below the limit) fails here until it is taken off
@@ -235,3 +236,48 @@ def test_class_sizes_are_measured_from_the_source(tmp_path: Path) -> None:
         "        pass\n"
     )
     assert _class_sizes(path, "m.py") == {"m.py::A": 4, "m.py::A.B": 3, "m.py::f.<locals>.C": 2}
+
+
+# -- one scripted broker double ---------------------------------------------------------------
+
+# Tests that need a broker's answers without a broker share one stand-in for a broker
+# connection; a second hand-rolled one would drift from it and from Kafka.
+BROKER_DOUBLE = "tests/support/scripted_broker.py::ScriptedBroker"
+
+# Class names of a broker or connection double: "Broker", "_Conn", "FakeBroker",
+# "StubConnection", "ScriptedBrokerConn"; not "KafkaJvmBroker" (a real broker) or "BrokerInfo".
+_BROKER_DOUBLE_NAME = re.compile(
+    r"_?(?:(?:Scripted|Fake|Stub|Mock|Dummy)\w*)?(?:Broker|Conn|Connection)"
+)
+
+
+def _broker_doubles(root: Path) -> list[str]:
+    """Every class under ``root`` named like a broker double, nested ones included, as
+    "path::name" relative to ``root``'s parent."""
+    return [
+        f"{path.relative_to(root.parent).as_posix()}::{node.name}"
+        for path in sorted(root.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.ClassDef) and _BROKER_DOUBLE_NAME.fullmatch(node.name)
+    ]
+
+
+def test_one_scripted_broker_double() -> None:
+    """Unit tests script a broker through ``ScriptedBroker``: extend it rather than write another."""
+    assert _broker_doubles(REPO / "tests") == [BROKER_DOUBLE]
+
+
+def test_the_broker_double_check_can_fail(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    (tests / "unit").mkdir(parents=True)
+    (tests / "support.py").write_text("class ScriptedBroker:\n    pass\n")
+    (tests / "unit" / "test_a.py").write_text(
+        "class KafkaJvmBroker:\n    pass\n\n\nclass BrokerInfo:\n    pass\n\n\n"
+        "def test_x():\n    class _FakeConnection:\n        pass\n"
+    )
+    (tests / "unit" / "test_b.py").write_text("class Broker:\n    pass\n")
+    assert _broker_doubles(tests) == [
+        "tests/support.py::ScriptedBroker",
+        "tests/unit/test_a.py::_FakeConnection",
+        "tests/unit/test_b.py::Broker",
+    ]

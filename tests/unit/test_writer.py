@@ -1,8 +1,8 @@
-"""The shared writer's packing rules, over a scripted stand-in for one broker connection.
+"""The shared writer's packing rules, over the scripted stand-in for one broker connection.
 
-The stand-in implements only the two adapter calls the writer makes and answers like a broker
-(base offsets per partition); the real wire path is covered by the integration tests and the
-strict Produce proxy.
+The stand-in (``tests/support/scripted_broker.py``) answers Produce like a broker (base offsets
+per partition); the real wire path is covered by the integration tests and the strict Produce
+proxy.
 """
 
 from __future__ import annotations
@@ -15,65 +15,7 @@ import pytest
 from partsync._kafka import ProducedPartition
 from partsync.errors import ClusterError
 from partsync.io.writer import Cancelled, SharedWriter
-
-
-class ScriptedBroker:
-    def __init__(
-        self,
-        hold: threading.Event | None = None,
-        fail_after: int | None = None,
-        cut_at: int | None = None,
-        answer_gate: threading.Event | None = None,
-    ) -> None:
-        self.cluster = "test"
-        self.requests: list[dict[str, dict[int, bytes]]] = []
-        self._answers: list[dict[tuple[str, int], ProducedPartition]] = []
-        self._ends: dict[tuple[str, int], int] = {}
-        self._cv = threading.Condition()
-        self._hold = hold
-        self._fail_after = fail_after
-        self._cut_at = cut_at  # the answer to this request (0-based) never comes: cut
-        self._received = 0
-        self._answer_gate = answer_gate  # answers are read only once it is set
-        self.closed = False
-
-    def send_produce_many(
-        self, batches, *, acks: int, timeout_ms: int, transactional_id=None
-    ) -> None:
-        assert acks == -1
-        if self._hold is not None:
-            self._hold.wait(5)
-        with self._cv:
-            if self._fail_after is not None and len(self.requests) >= self._fail_after:
-                raise ClusterError("connection reset", cluster=self.cluster)
-            self.requests.append({t: dict(p) for t, p in batches.items()})
-            answer = {}
-            for t, parts in batches.items():
-                for p, data in parts.items():
-                    base = self._ends.get((t, p), 0)
-                    self._ends[(t, p)] = base + len(data)
-                    answer[(t, p)] = ProducedPartition(p, 0, base, 0, None)
-            self._answers.append(answer)
-            self._cv.notify_all()
-
-    def receive_produce_many(self):
-        if self._answer_gate is not None:
-            self._answer_gate.wait(5)
-        with self._cv:
-            if self._cut_at is not None and self._received == self._cut_at:
-                self.closed = True
-                raise ClusterError("connection closed by broker", cluster=self.cluster)
-            self._received += 1
-            while not self._answers:
-                if self.closed:
-                    raise ClusterError("closed", cluster=self.cluster)
-                self._cv.wait(0.1)
-            return self._answers.pop(0)
-
-    def close(self) -> None:
-        with self._cv:
-            self.closed = True
-            self._cv.notify_all()
+from tests.support.scripted_broker import ScriptedBroker
 
 
 def never() -> bool:
@@ -91,13 +33,13 @@ def test_partitions_share_requests_with_one_batch_each_and_order_kept() -> None:
     hold.set()
     results = [(p, i, f.result(5)) for p, i, f in futs]
     w.close()
-    for req in broker.requests:
+    for req in broker.produce_requests:
         # At most one batch per partition per request (a dict cannot hold two), never empty.
         assert req["t"]
-    assert sum(len(r["t"]) for r in broker.requests) == 12
-    assert any(len(r["t"]) > 1 for r in broker.requests)  # partitions did share requests
+    assert sum(len(r["t"]) for r in broker.produce_requests) == 12
+    assert any(len(r["t"]) > 1 for r in broker.produce_requests)  # partitions did share requests
     for p in range(4):
-        sent = [r["t"][p][0] for r in broker.requests if p in r["t"]]
+        sent = [r["t"][p][0] for r in broker.produce_requests if p in r["t"]]
         assert sent == [0, 1, 2]  # each partition's batches in submission order
         bases = [res.base_offset for q, _, res in results if q == p]
         assert bases == [0, 10, 20]
@@ -105,25 +47,27 @@ def test_partitions_share_requests_with_one_batch_each_and_order_kept() -> None:
 
 def _wait_for_requests(broker: ScriptedBroker, n: int) -> None:
     deadline = time.monotonic() + 5
-    while len(broker.requests) < n and time.monotonic() < deadline:
+    while len(broker.produce_requests) < n and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(broker.requests) == n
+    assert len(broker.produce_requests) == n
 
 
 def test_batches_arriving_while_a_request_is_in_flight_go_together_with_its_answer() -> None:
     gate = threading.Event()
-    broker = ScriptedBroker(answer_gate=gate)
+    broker = ScriptedBroker(gate=gate)
     w = SharedWriter(broker, max_in_flight=5)  # type: ignore[arg-type]
     try:
         first = w.submit("t", 0, b"a", never)
         _wait_for_requests(broker, 1)  # nothing was in flight: it went at once
         later = [w.submit("t", p, b"b", never) for p in (1, 2, 3)]
         time.sleep(0.3)
-        assert len(broker.requests) == 1  # held for the answer in flight, not sent one by one
+        assert (
+            len(broker.produce_requests) == 1
+        )  # held for the answer in flight, not sent one by one
         gate.set()
         assert first.result(5).base_offset == 0
         assert [f.result(5).base_offset for f in later] == [0, 0, 0]
-        assert [sorted(r["t"]) for r in broker.requests] == [[0], [1, 2, 3]]
+        assert [sorted(r["t"]) for r in broker.produce_requests] == [[0], [1, 2, 3]]
     finally:
         gate.set()
         w.close()
@@ -133,14 +77,14 @@ def test_enough_waiting_partitions_go_without_waiting_for_the_answer() -> None:
     from partsync.io.writer import PACK_PARTITIONS
 
     gate = threading.Event()
-    broker = ScriptedBroker(answer_gate=gate)
+    broker = ScriptedBroker(gate=gate)
     w = SharedWriter(broker, max_in_flight=5)  # type: ignore[arg-type]
     try:
         w.submit("t", 0, b"a", never)
         _wait_for_requests(broker, 1)
         many = [w.submit("t", p, b"b", never) for p in range(1, 1 + PACK_PARTITIONS)]
         _wait_for_requests(broker, 2)  # sent while the first answer is still held back
-        assert sorted(broker.requests[1]["t"]) == list(range(1, 1 + PACK_PARTITIONS))
+        assert sorted(broker.produce_requests[1]["t"]) == list(range(1, 1 + PACK_PARTITIONS))
         gate.set()
         assert all(f.result(5).base_offset == 0 for f in many)
     finally:
@@ -162,7 +106,7 @@ def test_cancelled_batches_are_dropped_unsent() -> None:
     with pytest.raises(Cancelled):
         second.result(5)
     w.close()
-    assert [r["t"][0] for r in broker.requests] == [b"a" * 5]
+    assert [r["t"][0] for r in broker.produce_requests] == [b"a" * 5]
 
 
 def test_a_broken_connection_fails_every_unanswered_batch_and_the_writer() -> None:
@@ -213,7 +157,7 @@ def test_request_size_cap_splits_requests() -> None:
     for f in futs:
         f.result(5)
     w.close()
-    sizes = [sum(len(d) for d in r["t"].values()) for r in broker.requests[1:]]
+    sizes = [sum(len(d) for d in r["t"].values()) for r in broker.produce_requests[1:]]
     assert all(s <= 25 for s in sizes) and sum(sizes) == 50
 
 
