@@ -3,22 +3,26 @@ the core (``partsync.run.check``), render."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import click
 
+from partsync.copy.options import CopyOptions
 from partsync.errors import UsageError
 from partsync.ui.cli_common import (
     CLUSTER_HELP,
     Ctx,
     Exit,
-    TopicArgs,
-    build_request,
+    SelectionArgs,
     config_option,
     emit_json,
     selection_options_any_sources,
     stderr,
 )
 
-__all__ = ["check"]
+__all__ = ["CheckArgs", "check"]
 
 CHECK_EXIT_HELP = """\b
 Exit codes:
@@ -66,26 +70,7 @@ Exit codes:
 )
 @config_option
 @click.pass_obj
-def check(
-    ctx: Ctx,
-    topics: tuple[str, ...],
-    topic_patterns: tuple[str, ...],
-    excludes: tuple[str, ...],
-    sources: str | None,
-    local: str | None,
-    partitions: str | None,
-    chunk_offsets: int,
-    on_retention_gap: str,
-    create_missing: bool,
-    add_partitions: bool,
-    as_json: bool,
-    clusters: str | None,
-    group: str | None,
-    no_group: bool,
-    fencing: bool,
-    compaction_holes: str,
-    hole_key: str | None,
-) -> None:
+def check(ctx: Ctx, /, **options: Any) -> None:
     """Check that a sync can run: connect and authenticate to every cluster, and report what
     the run needs and whether it has it. Writes nothing and fences nothing.
 
@@ -99,38 +84,52 @@ def check(
     from the brokers' authorized operations (Kafka 2.3+) and, for transactional ids, from the
     ACLs where this client may read them; what cannot be known is reported as unknown.
     """
-    from partsync.copy.options import CopyOptions
     from partsync.io.pool import ClusterPool
     from partsync.run.check import CheckOptions, check_clusters
     from partsync.run.planner import resolve_topics
     from partsync.run.sync import default_group
 
-    if group is not None and no_group:
-        raise UsageError("--group and --no-group contradict each other")
-    if hole_key == "":
-        raise UsageError("--hole-key: the key of hole records cannot be empty")
-    source_list = _sources(ctx, sources, clusters, local)
-    req = build_request(
-        ctx,
-        TopicArgs(topics, topic_patterns, excludes),
-        source_list,
-        local,
-        partitions,
-        chunk_offsets,
-        create_missing,
-        options=CopyOptions(compaction_holes=compaction_holes),
-        on_retention_gap=on_retention_gap,
-        add_partitions=add_partitions,
-    )
+    args = CheckArgs.from_click(options)
+    sel = args.selection
+    req = sel.request(ctx, args.copy, sources=_sources(ctx, sel.sources, args.clusters, sel.local))
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
-        opts = CheckOptions(None if no_group else group or default_group(req.job_topics), fencing)
-        report = check_clusters(req, pool, opts)
-    if as_json:
+        group = None if args.no_group else args.group or default_group(req.job_topics)
+        report = check_clusters(req, pool, CheckOptions(group, args.fencing))
+    if sel.as_json:
         emit_json(report.to_dict())
     else:
         _render(report)
     raise Exit(report.exit_status)
+
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """``partsync check``'s options: the run's selection and what of it needs checking."""
+
+    selection: SelectionArgs
+    clusters: str | None
+    group: str | None
+    no_group: bool
+    fencing: bool
+    copy: CopyOptions
+
+    @classmethod
+    def from_click(cls, kw: Mapping[str, Any]) -> CheckArgs:
+        """Check click's parsed options and hold them (--hole-key is only checked: it is
+        accepted so that a sync command line checks as is)."""
+        if kw["group"] is not None and kw["no_group"]:
+            raise UsageError("--group and --no-group contradict each other")
+        if kw["hole_key"] == "":
+            raise UsageError("--hole-key: the key of hole records cannot be empty")
+        return cls(
+            selection=SelectionArgs.from_click(kw),
+            clusters=kw["clusters"],
+            group=kw["group"],
+            no_group=kw["no_group"],
+            fencing=kw["fencing"],
+            copy=CopyOptions(compaction_holes=kw["compaction_holes"]),
+        )
 
 
 def _sources(ctx: Ctx, sources: str | None, clusters: str | None, local: str | None) -> str:

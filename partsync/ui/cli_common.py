@@ -4,7 +4,7 @@ builder, JSON output and the exit-status hand-off."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,8 @@ __all__ = [
     "EXIT_CODES_HELP",
     "Ctx",
     "Exit",
+    "SelectionArgs",
+    "TopicArgs",
     "build_request",
     "config_option",
     "emit_json",
@@ -179,6 +181,51 @@ class TopicArgs:
         )
 
 
+@dataclass(frozen=True)
+class SelectionArgs:
+    """What ``selection_options`` parsed: the topics, clusters and plan policy of a run."""
+
+    topics: TopicArgs
+    sources: str | None
+    local: str | None
+    partitions: str | None
+    chunk_offsets: int
+    on_retention_gap: str
+    create_missing: bool
+    add_partitions: bool
+    as_json: bool
+
+    @classmethod
+    def from_click(cls, kw: Mapping[str, Any]) -> SelectionArgs:
+        return cls(
+            topics=TopicArgs(kw["topics"], kw["topic_patterns"], kw["excludes"]),
+            sources=kw["sources"],
+            local=kw["local"],
+            partitions=kw["partitions"],
+            chunk_offsets=kw["chunk_offsets"],
+            on_retention_gap=kw["on_retention_gap"],
+            create_missing=kw["create_missing"],
+            add_partitions=kw["add_partitions"],
+            as_json=kw["as_json"],
+        )
+
+    def request(self, ctx: Ctx, options: CopyOptions, sources: str | None = None) -> Any:
+        """The run's ``SyncRequest``, its clusters resolved in the config (``sources`` in
+        place of --sources when a command names them another way)."""
+        return build_request(
+            ctx,
+            self.topics,
+            self.sources if sources is None else sources,
+            self.local,
+            self.partitions,
+            self.chunk_offsets,
+            self.create_missing,
+            options,
+            on_retention_gap=self.on_retention_gap,
+            add_partitions=self.add_partitions,
+        )
+
+
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options that say what a run syncs (plan, sync)."""
     return _with_selection_options(f, sources_required=True)
@@ -281,7 +328,7 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
 def build_request(
     ctx: Ctx,
     topics: TopicArgs,
-    sources: str,
+    sources: str | None,
     local: str | None,
     partitions: str | None,
     chunk_offsets: int,

@@ -3,6 +3,10 @@ core (``partsync.run.offsets``), render."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import click
 
 from partsync.config import check_files
@@ -17,7 +21,38 @@ from partsync.ui.cli_common import (
     stderr,
 )
 
-__all__ = ["offsets"]
+__all__ = ["OffsetsArgs", "offsets"]
+
+
+@dataclass(frozen=True)
+class OffsetsArgs:
+    """``partsync offsets``'s options. --to-datetime is held as given: it is parsed
+    (``_parse_time``) after the config is read, so a bad config is reported first, as always."""
+
+    topics: tuple[str, ...]  # each once, in the order given
+    source: str | None
+    local: str | None
+    groups: tuple[str, ...]
+    to_datetime: str | None
+    as_json: bool
+
+    @classmethod
+    def from_click(cls, kw: Mapping[str, Any]) -> OffsetsArgs:
+        """Check click's parsed options and hold them: exactly one of --from and
+        --to-datetime."""
+        if (kw["source"] is None) == (kw["to_datetime"] is None):
+            raise UsageError(
+                "give either --from CLUSTER (copy the groups' committed offsets) or "
+                "--to-datetime TIME (set them by time on the local cluster)"
+            )
+        return cls(
+            topics=tuple(dict.fromkeys(kw["topics"])),
+            source=kw["source"],
+            local=kw["local"],
+            groups=kw["groups"],
+            to_datetime=kw["to_datetime"],
+            as_json=kw["as_json"],
+        )
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -66,15 +101,7 @@ __all__ = ["offsets"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @config_option
 @click.pass_obj
-def offsets(
-    ctx: Ctx,
-    topics: tuple[str, ...],
-    source: str | None,
-    local: str | None,
-    groups: tuple[str, ...],
-    to_datetime: str | None,
-    as_json: bool,
-) -> None:
+def offsets(ctx: Ctx, /, **options: Any) -> None:
     """Copy consumer groups' committed offsets from one cluster to the local one, verbatim.
 
     partsync keeps offsets identical, so a group's committed offsets mean the same records on
@@ -91,29 +118,24 @@ def offsets(
     from partsync.io.pool import ClusterPool
     from partsync.run.offsets import copy_group_offsets, reset_group_offsets_to_time
 
-    if (source is None) == (to_datetime is None):
-        raise UsageError(
-            "give either --from CLUSTER (copy the groups' committed offsets) or "
-            "--to-datetime TIME (set them by time on the local cluster)"
-        )
+    args = OffsetsArgs.from_click(options)
     cfg = ctx.config
-    loc = cfg.local_ref(local)
-    wanted = tuple(dict.fromkeys(topics))
-    if to_datetime is not None:
-        when = _parse_time(to_datetime)
+    loc = cfg.local_ref(args.local)
+    if args.to_datetime is not None:
+        when = _parse_time(args.to_datetime)
         check_files(loc)
         with ClusterPool() as pool:
-            report = reset_group_offsets_to_time(pool.get(loc), groups, wanted, when)
+            report = reset_group_offsets_to_time(pool.get(loc), args.groups, args.topics, when)
     else:
-        assert source is not None
-        src = cfg.resolve(source)
+        assert args.source is not None
+        src = cfg.resolve(args.source)
         if src.bootstrap == loc.bootstrap:
             raise UsageError(f"cluster {loc.name} is both --from and the local cluster")
         for ref in (src, loc):
             check_files(ref)
         with ClusterPool() as pool:
-            report = copy_group_offsets(pool.get(src), pool.get(loc), groups, wanted)
-    if as_json:
+            report = copy_group_offsets(pool.get(src), pool.get(loc), args.groups, args.topics)
+    if args.as_json:
         emit_json(report.to_dict())
     else:
         from rich.markup import escape

@@ -146,7 +146,6 @@ OVERSIZED_MODULES = {
     "partsync/run/check.py",
     "partsync/run/diff.py",
     "partsync/run/planner.py",
-    "partsync/ui/cli_sync.py",
     "partsync/ui/metrics.py",
 }
 

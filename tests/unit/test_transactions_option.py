@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from partsync.errors import UsageError
-from partsync.ui.cli_sync import _transactions
+from partsync.ui.sync_args import _transactions
 
 
 def test_replay_is_the_default() -> None:
