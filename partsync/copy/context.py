@@ -7,11 +7,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from partsync._kafka import Connection
 from partsync.copy.budget import Budget, shared_budget
 from partsync.copy.options import CopyOptions
 from partsync.errors import PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
+from partsync.io.kafka_types import Connection
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.topic_rules import LocalTopicRules
 

@@ -17,13 +17,13 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from partsync._kafka import THROTTLE_WAIT_LIMIT_S, FetchedPartition
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.pieces import Piece, Pieces, SourceWork
 from partsync.copy.throttle import limiter_for
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer, FetchLane
+from partsync.io.kafka_types import THROTTLE_WAIT_LIMIT_S, FetchedPartition
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
 

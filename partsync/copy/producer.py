@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from partsync._kafka import TxnState
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, PartsyncError
 from partsync.io.cluster import Cluster
+from partsync.io.kafka_types import TxnState
 from partsync.io.reader import read_batches
 
 __all__ = [

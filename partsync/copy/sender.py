@@ -22,13 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import (
-    FENCED_CODES,
-    REFUSED_RECORD_CODES,
-    UNKNOWN_OUTCOME_CODES,
-    broker_error,
-    error_name,
-)
 from partsync.copy.context import CopyContext
 from partsync.copy.producer import ProducerSession
 from partsync.errors import (
@@ -39,6 +32,13 @@ from partsync.errors import (
     PartsyncError,
     StoppedError,
     UnsafeError,
+)
+from partsync.io.broker_errors import (
+    FENCED_CODES,
+    REFUSED_RECORD_CODES,
+    UNKNOWN_OUTCOME_CODES,
+    broker_error,
+    error_name,
 )
 from partsync.io.writer import ProduceFuture
 from partsync.wire.batch import Batch, rewrite_parts

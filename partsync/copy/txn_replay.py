@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from partsync._kafka import broker_error
 from partsync.copy.context import CopyContext
 from partsync.copy.producer import AT_END, TXN_SLOTS, ProducerSession, fence_slots, slot_id
 from partsync.copy.sender import Sender
 from partsync.errors import AppendMismatchError, ClusterError, PartsyncError, UnsafeError
+from partsync.io.broker_errors import broker_error
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
 from partsync.plan.txn_window import HeldBack, HoldRule, TxnWindow, open_txns_text, too_many_open

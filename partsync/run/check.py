@@ -11,21 +11,25 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from partsync._kafka import (
-    COORDINATOR_RETRY_CODES,
-    GROUP_KEY,
-    TXN_KEY,
-    ErrorCode,
-    error_name,
-)
 from partsync.config import ClusterRef, read_secret_file
 from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
+from partsync.io.probes import (
+    Reach,
+    Rights,
+    broker_version,
+    cluster_rights,
+    group_coordinator,
+    group_rights,
+    offers,
+    topic_rights,
+    transactional_id_acls,
+    txn_coordinators,
+)
 from partsync.plan.comparator import Condition
 from partsync.plan.preflight import (
-    AclRule,
     CheckReport,
     ClusterCheck,
     Finding,
@@ -41,9 +45,6 @@ __all__ = ["CheckOptions", "check_clusters"]
 
 log = logging.getLogger(__name__)
 
-_TRANSACTIONAL_ID = 5  # ACL resource type
-_TOPIC_AUTHORIZATION_FAILED = 29
-_TXN_ID_AUTHORIZATION_FAILED = 53
 _COORDINATOR_WAIT_S = 10.0
 
 
@@ -97,7 +98,7 @@ def _reach(cluster: Cluster, role: str) -> ClusterCheck:
     try:
         md = cluster.metadata(refresh=True)
         check.brokers = len(md.brokers)
-        check.broker_version = cluster.ask(lambda c: c.broker_version())
+        check.broker_version = broker_version(cluster)
     except PartsyncError as e:
         check.error = e.reason
     return check
@@ -136,19 +137,14 @@ def _tolerate_partial_sources(checks: list[ClusterCheck], topics: tuple[str, ...
             ]
 
 
-def _topic_ops(
-    cluster: Cluster, topics: tuple[str, ...]
-) -> dict[str, tuple[int, frozenset[int] | None]]:
-    return cluster.ask(lambda c: c.topic_operations(list(topics)))
-
-
 def _source_findings(cluster: Cluster, req: SyncRequest) -> list[Finding]:
     out = []
-    ops = _topic_ops(cluster, req.topics)
+    rights = topic_rights(cluster, req.topics)
     for t in req.topics:
         subject = f"topic {t}"
-        code, allowed = ops.get(t, (0, None))
-        if code == _TOPIC_AUTHORIZATION_FAILED:
+        topic_ops = rights.get(t, Rights())
+        allowed = topic_ops.allowed
+        if topic_ops.denied:
             out.append(
                 Finding(
                     subject,
@@ -182,12 +178,12 @@ def _local_findings(
 ) -> None:
     cluster_ops: frozenset[int] | None = None
 
-    def cluster_rights() -> list[Finding]:
+    def on_cluster() -> list[Finding]:
         nonlocal cluster_ops
-        _code, cluster_ops = cluster.ask(lambda c: c.cluster_operations())
+        cluster_ops = cluster_rights(cluster)
         return []
 
-    _step(check, "cluster", cluster_rights)
+    _step(check, "cluster", on_cluster)
     # Only a super user or a grant of ClusterAction or All on the cluster shows CLUSTER_ACTION;
     # such a principal may need no ACL elsewhere, which ACLs cannot show.
     maybe_super = cluster_ops is not None and Op.CLUSTER_ACTION in cluster_ops
@@ -198,14 +194,13 @@ def _local_findings(
         return [f for tp in plans for f in _plan_findings(tp)]
 
     _step(check, "plan", plan)
-    ops: dict[str, tuple[int, frozenset[int] | None]] = {}
 
     def rights() -> list[Finding]:
-        ops.update(_topic_ops(cluster, req.topics))
+        ops = topic_rights(cluster, req.topics)
         return [
             f
             for tp in plans
-            for f in _local_topic_findings(tp, ops.get(tp.topic, (0, None)), cluster_ops, req)
+            for f in _local_topic_findings(tp, ops.get(tp.topic, Rights()), cluster_ops, req)
         ]
 
     _step(check, "topics", rights)
@@ -303,13 +298,13 @@ def _plan_findings(tp: TopicPlan) -> list[Finding]:
 
 def _local_topic_findings(
     tp: TopicPlan,
-    topic_ops: tuple[int, frozenset[int] | None],
+    topic_ops: Rights,
     cluster_ops: frozenset[int] | None,
     req: SyncRequest,
 ) -> list[Finding]:
     subject = f"topic {tp.topic}"
-    code, allowed = topic_ops
-    if code == _TOPIC_AUTHORIZATION_FAILED:
+    allowed = topic_ops.allowed
+    if topic_ops.denied:
         return [Finding(subject, "DESCRIBE", Verdict.MISSING, "seeing the topic: not authorized")]
     out = []
     if tp.create is not None:
@@ -382,11 +377,6 @@ def _local_topic_findings(
     return out
 
 
-def _acls(cluster: Cluster, resource_type: int, name: str) -> tuple[int, list[AclRule]]:
-    code, entries = cluster.ask(lambda c: c.describe_acls(resource_type, name))
-    return code, [AclRule(e.principal, e.host, e.operation, e.permission) for e in entries]
-
-
 def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: bool) -> list[Finding]:
     """Fencing takes a producer id under each partition's transactional id: the coordinator
     must be there, and the ids' ACLs allow DESCRIBE (FindCoordinator answers) and WRITE (only
@@ -399,7 +389,7 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
     ]
     if not ids:
         return []
-    if not cluster.ask(lambda c: c.supports("InitProducerId")):
+    if not offers(cluster, "InitProducerId"):
         return [
             Finding(
                 "transactional ids",
@@ -409,12 +399,12 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
                 "appends without it)",
             )
         ]
-    found = cluster.coordinators.find_coordinators(ids, TXN_KEY, timeout=_COORDINATOR_WAIT_S)
+    found = txn_coordinators(cluster, ids, timeout=_COORDINATOR_WAIT_S)
     out = []
     for tid in ids:
         subject = f"transactional id {tid}"
-        code, coord = found[tid]
-        if code == _TXN_ID_AUTHORIZATION_FAILED:
+        coord = found[tid]
+        if coord.reach is Reach.DENIED:
             out.append(
                 Finding(
                     subject,
@@ -424,28 +414,28 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
                 )
             )
             continue
-        if code in COORDINATOR_RETRY_CODES:  # a new cluster's coordinator still starting
+        if coord.reach is Reach.NOT_READY:  # a new cluster's coordinator still starting
             out.append(
                 Finding(
                     subject,
                     "coordinator",
                     Verdict.UNKNOWN,
-                    f"fencing: the coordinator is not ready yet ({error_name(code)})",
+                    f"fencing: the coordinator is not ready yet ({coord.error})",
                 )
             )
             continue
-        if code or coord is None:
+        if coord.reach is Reach.MISSING:
             out.append(
                 Finding(
                     subject,
                     "coordinator",
                     Verdict.MISSING,
-                    f"fencing: no transaction coordinator ({error_name(code)})",
+                    f"fencing: no transaction coordinator ({coord.error})",
                 )
             )
             continue
         out.append(Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}"))
-        acl_code, rules = _acls(cluster, _TRANSACTIONAL_ID, tid)
+        acl_code, rules = transactional_id_acls(cluster, tid)
         out.append(
             acl_verdict(
                 acl_code,
@@ -462,8 +452,8 @@ def _fencing_findings(cluster: Cluster, plans: list[TopicPlan], maybe_super: boo
 
 def _group_findings(cluster: Cluster, group: str) -> list[Finding]:
     subject = f"group {group}"
-    code, coord = cluster.find_coordinator(group, GROUP_KEY, timeout=_COORDINATOR_WAIT_S)
-    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+    coord = group_coordinator(cluster, group, timeout=_COORDINATOR_WAIT_S)
+    if coord.reach is Reach.DENIED:
         return [
             Finding(
                 subject,
@@ -473,37 +463,34 @@ def _group_findings(cluster: Cluster, group: str) -> list[Finding]:
                 "runs without the group)",
             )
         ]
-    if code in COORDINATOR_RETRY_CODES:
+    if coord.reach is Reach.NOT_READY:
         return [
             Finding(
                 subject,
                 "coordinator",
                 Verdict.UNKNOWN,
-                f"the coordinator is not ready yet ({error_name(code)})",
+                f"the coordinator is not ready yet ({coord.error})",
             )
         ]
-    if code or coord is None:
+    if coord.reach is Reach.MISSING:
         return [
             Finding(
-                subject,
-                "coordinator",
-                Verdict.MISSING,
-                f"no group coordinator ({error_name(code)})",
+                subject, "coordinator", Verdict.MISSING, f"no group coordinator ({coord.error})"
             )
         ]
     out = [Finding(subject, "coordinator", Verdict.OK, f"broker {coord.node_id}")]
-    gcode, ops = cluster.broker_conn(coord.node_id).group_operations(group)
-    if gcode == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+    rights = group_rights(cluster, coord, group)
+    if rights.denied:
         out.append(Finding(subject, "READ", Verdict.MISSING, "joining the group: not authorized"))
-    elif gcode:
+    elif rights.error:
         out.append(
             Finding(
                 subject,
                 "READ",
                 Verdict.UNKNOWN,
-                f"joining the group: DescribeGroups answered {error_name(gcode)}",
+                f"joining the group: DescribeGroups answered {rights.error}",
             )
         )
     else:
-        out.append(ops_verdict(ops, Op.READ, subject, "joining the group"))
+        out.append(ops_verdict(rights.allowed, Op.READ, subject, "joining the group"))
     return out

@@ -19,19 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from partsync._kafka import (
-    COORDINATOR_RETRY_CODES,
-    GROUP_KEY,
-    Connection,
-    ErrorCode,
-    broker_error,
-)
 from partsync.errors import BrokerError, ClusterError, ExitStatus, TopicError, UnsafeError
+from partsync.io.broker_errors import COORDINATOR_RETRY_CODES
 from partsync.io.cluster import Cluster
-from partsync.io.reader import read_batches
-from partsync.plan.comparator import Bounds
+from partsync.io.group_offsets import GroupCoordinator, offset_at_time
 from partsync.retry import Backoff
-from partsync.wire.seek import first_data_at_or_after
 
 __all__ = [
     "GroupOffsets",
@@ -46,8 +38,6 @@ log = logging.getLogger(__name__)
 
 # How long a group command waits for its coordinator to be ready (``_patiently``).
 COORDINATOR_WAIT_S = 30.0
-# Group states in which no member is alive (Kafka's classic and consumer protocols).
-_IDLE_STATES = {"Empty", "Dead", "", "EMPTY", "DEAD"}
 
 
 @dataclass(frozen=True)
@@ -102,15 +92,6 @@ class OffsetsReport:
         return {"groups": [g.to_dict() for g in self.groups]}
 
 
-def _coordinator(cluster: Cluster, group: str) -> Connection:
-    code, coord = cluster.find_coordinator(group, GROUP_KEY)
-    if code or coord is None:
-        raise broker_error(
-            code, f"finding the coordinator of group {group!r}", cluster=cluster.name
-        )
-    return cluster.connect_to(coord)
-
-
 def _partitions(cluster: Cluster, topic: str) -> list[int]:
     info = cluster.topic(topic)
     if info is None:
@@ -119,31 +100,19 @@ def _partitions(cluster: Cluster, topic: str) -> list[int]:
 
 
 def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]) -> GroupOffsets:
-    local_coord = _coordinator(local, group)
-    source_coord = _coordinator(source, group)
+    local_coord = GroupCoordinator(local, group)
+    source_coord = GroupCoordinator(source, group)
     try:
         _check_idle(local_coord, local, group)
         copies: list[OffsetCopy] = []
         for topic in topics:
             parts = _partitions(source, topic)
-            code, committed = source_coord.offset_fetch(group, topic, parts)
-            if code:
-                raise broker_error(
-                    code, f"reading group {group!r}'s offsets", cluster=source.name, topic=topic
-                )
+            committed = source_coord.committed(topic, parts)
             ends = local.bounds(topic, parts)
             todo: dict[int, tuple[int, str | None]] = {}
             for p in parts:
-                c = committed.get(p)
-                if c is not None and c.error_code:
-                    raise broker_error(
-                        c.error_code,
-                        f"reading group {group!r}'s offset",
-                        cluster=source.name,
-                        topic=topic,
-                        partition=p,
-                    )
-                if c is None or c.offset < 0:
+                c = committed.at(p)
+                if c is None:
                     copies.append(OffsetCopy(topic, p, None, None, "no-commit"))
                     continue
                 end = ends[p].end
@@ -155,15 +124,7 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
                     )
                 )
             if todo:
-                for p, err in local_coord.offset_commit(group, topic, todo).items():
-                    if err:
-                        raise broker_error(
-                            err,
-                            f"committing group {group!r}'s offset",
-                            cluster=local.name,
-                            topic=topic,
-                            partition=p,
-                        )
+                local_coord.commit(topic, todo)
         if any(c.source_offset is not None for c in copies):
             return GroupOffsets(group, tuple(copies))
         return _nothing_committed(source_coord, source, group, topics, tuple(copies))
@@ -173,7 +134,7 @@ def _copy_one(source: Cluster, local: Cluster, group: str, topics: Sequence[str]
 
 
 def _nothing_committed(
-    coord: Connection,
+    coord: GroupCoordinator,
     source: Cluster,
     group: str,
     topics: Sequence[str],
@@ -183,10 +144,8 @@ def _nothing_committed(
     must not look like success: ``not-found``, exit 1), or known with nothing committed for
     these topics (``no-commits``: nothing to copy, said so)."""
     listed = source.coordinators.has_group(group)
-    code, state, _members = coord.describe_group(group)
-    # Kafka describes an unknown group as Dead (or GROUP_ID_NOT_FOUND); others say Empty.
-    unknown = code == ErrorCode.GROUP_ID_NOT_FOUND or (not code and state.lower() == "dead")
-    if listed is False or (listed is None and unknown):
+    described = coord.describe()
+    if listed is False or (listed is None and described.unknown):
         return GroupOffsets(
             group,
             copies,
@@ -194,8 +153,7 @@ def _nothing_committed(
             reason=f"cluster {source.name} has no group {group!r} (no members, "
             "no committed offsets): check the group's name",
         )
-    if code:
-        raise broker_error(code, f"describing group {group!r}", cluster=source.name)
+    state = described.check().state
     return GroupOffsets(
         group,
         copies,
@@ -254,7 +212,7 @@ def reset_group_offsets_to_time(
 
 
 def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> GroupOffsets:
-    coord = _coordinator(local, group)
+    coord = GroupCoordinator(local, group)
     try:
         _check_idle(coord, local, group)
         copies: list[OffsetCopy] = []
@@ -263,56 +221,21 @@ def _reset_one(local: Cluster, group: str, topics: Sequence[str], ts: int) -> Gr
             bounds = local.bounds(topic, parts)
             todo: dict[int, tuple[int, str | None]] = {}
             for p in parts:
-                todo[p] = (_offset_at(local, topic, p, ts, bounds[p]), "")
+                todo[p] = (offset_at_time(local, topic, p, ts, bounds[p]), "")
                 copies.append(OffsetCopy(topic, p, None, todo[p][0], "reset"))
-            for p, err in coord.offset_commit(group, topic, todo).items():
-                if err:
-                    raise broker_error(
-                        err,
-                        f"committing group {group!r}'s offset",
-                        cluster=local.name,
-                        topic=topic,
-                        partition=p,
-                    )
+            coord.commit(topic, todo)
         return GroupOffsets(group, tuple(copies))
     finally:
         coord.close()
 
 
-def _offset_at(local: Cluster, topic: str, partition: int, ts: int, bounds: Bounds) -> int:
-    """The first data record at or after ``ts`` in the local partition, else its end."""
-    conn = local.connect_leader(topic, partition)
-    try:
-        code, hint = conn.list_offsets(topic, [partition], ts)[partition]
-        if code:
-            raise broker_error(
-                code,
-                f"looking up offsets by time {ts}",
-                cluster=local.name,
-                topic=topic,
-                partition=partition,
-            )
-        if hint < 0:  # no batch at all stamped at or after the time
-            return bounds.end
-        start = max(hint, bounds.log_start)
-        read = read_batches(
-            conn, local.name, topic, partition, start, bounds.end, fetch_bytes=4 << 20
-        )
-        found = first_data_at_or_after(read, ts, start)
-    finally:
-        local.release(conn)
-    return bounds.end if found is None else found
-
-
-def _check_idle(coord: Connection, local: Cluster, group: str) -> None:
-    code, state, members = coord.describe_group(group)
-    if code:
-        raise broker_error(code, f"describing group {group!r}", cluster=local.name)
-    if members or state not in _IDLE_STATES:
+def _check_idle(coord: GroupCoordinator, local: Cluster, group: str) -> None:
+    described = coord.describe().check()
+    if not described.idle:
         raise UnsafeError(
-            f"group {group!r} has {members} live member(s) on the local cluster (state "
-            f"{state}): stop those consumers before copying the group's offsets (Kafka "
-            "lets only members commit to a group that has them)",
+            f"group {group!r} has {described.members} live member(s) on the local cluster "
+            f"(state {described.state}): stop those consumers before copying the group's "
+            "offsets (Kafka lets only members commit to a group that has them)",
             cluster=local.name,
         )
 

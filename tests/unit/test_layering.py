@@ -1,7 +1,8 @@
 """Layering: every module imports on its own, each subpackage imports only from the layers
 below it (wire -> plan -> _kafka -> io -> copy -> run -> engines -> ui/demo), the pure layers
 stay pure, kafka-python's internals are imported only by the adapter package
-(``partsync/_kafka/``), and no test code lives in the runtime package.
+(``partsync/_kafka/``), the layers above ``io`` do not import that adapter, and no test code
+lives in the runtime package.
 
 Like pip-tools' ``test_circular_imports.py``: each module is imported alone in a process where
 no other partsync module is loaded, so an import cycle or a hidden import-order dependency fails
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import partsync
+from tests.unit.imports_graph import import_statements
 from tests.unit.imports_graph import imports_in as _imports_in
 
 PACKAGE_DIR = Path(partsync.__file__).parent
@@ -220,6 +222,94 @@ def test_the_layer_check_can_fail() -> None:
     assert LAYERS[layer_of("partsync.run.runner")] > LAYERS[layer_of("partsync.copy.partition")]
     assert layer_of("partsync.plan.comparator") == "partsync.plan"
     assert LAYERS[layer_of("partsync.errors")] == 0
+
+
+# The adapter over kafka-python, and the layers above the one built on it: those reach the
+# adapter's types and codes through ``io`` (``io.kafka_types``, ``io.broker_errors``) and its
+# requests through ``io``'s modules, never ``_kafka`` itself, so a change in the adapter stops
+# at ``io``.
+ADAPTER = "partsync._kafka"
+ABOVE_IO = sorted(layer for layer, n in LAYERS.items() if n > LAYERS["partsync.io"])
+_ADAPTER_BY_NAME = re.compile(r"import_module\(\s*['\"]partsync\._kafka\b")
+
+
+def _adapter_imports(path: Path, package: str) -> list[str]:
+    """Where a source file imports the adapter package or one of its modules: ``import
+    partsync._kafka.x``, ``from partsync._kafka import y``, ``from partsync import _kafka``,
+    relative forms, wherever the statement is (inside functions too), and by name through
+    ``importlib.import_module``."""
+    found = []
+    for line, module, names in import_statements(path, package):
+        targets = [module, *(f"{module}.{n}" for n in names)]
+        if any(t == ADAPTER or t.startswith(ADAPTER + ".") for t in targets):
+            found.append(f"line {line}: {module}{' import ' + ', '.join(names) if names else ''}")
+    text = path.read_text()
+    found += [
+        f"line {text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for m in _ADAPTER_BY_NAME.finditer(text)
+    ]
+    return found
+
+
+def test_layers_above_io_do_not_import_the_adapter() -> None:
+    """Issue 38: ``io`` is the one layer built on ``_kafka``; copy, run, engines, the CLI and
+    the demo import only ``io``."""
+    assert ABOVE_IO == [
+        "partsync.__main__",
+        "partsync.copy",
+        "partsync.demo",
+        "partsync.engines",
+        "partsync.run",
+        "partsync.ui",
+    ]
+    offenders = []
+    checked = 0
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if layer_of(module) not in ABOVE_IO:
+            continue
+        checked += 1
+        package = ".".join(parts[:-1])
+        offenders += [f"{module}: {hit}" for hit in _adapter_imports(path, package)]
+    assert checked > 20, checked  # the walk found the layers' modules
+    assert offenders == []
+
+
+def test_the_adapter_check_can_fail(tmp_path: Path) -> None:
+    """The check above is not vacuous: it finds each way of importing the adapter, and only
+    those."""
+    caught = [
+        "from partsync._kafka import Connection",
+        "import partsync._kafka",
+        "import partsync._kafka.codes as codes",
+        "from partsync._kafka.codes import ErrorCode",
+        "from partsync import _kafka",
+        "from partsync import errors, _kafka",
+        "from ..._kafka import broker_error",  # from partsync.copy.sub
+        "from ... import _kafka",
+        "def f():\n    from partsync._kafka import TxnState\n    return TxnState",
+        "import importlib\nk = importlib.import_module('partsync._kafka.codes')",
+    ]
+    passed = [
+        "from partsync.io.kafka_types import Connection",
+        "from partsync.io.broker_errors import broker_error",
+        "import partsync.io.cluster",
+        "from partsync import errors",
+        "import confluent_kafka",
+        "from partsync._kafkaesque import x",
+        "# from partsync._kafka import Connection",
+        "x = 'partsync._kafka'",
+    ]
+    for i, source in enumerate(caught + passed):
+        path = tmp_path / f"m{i}.py"
+        path.write_text(source + "\n")
+        found = _adapter_imports(path, "partsync.copy.sub")
+        assert bool(found) == (source in caught), (source, found)
+    # A module above io is checked, io itself (built on the adapter) is not.
+    assert layer_of("partsync.copy.sender") in ABOVE_IO
+    assert layer_of("partsync.run.check") in ABOVE_IO
+    assert layer_of("partsync.io.cluster") not in ABOVE_IO
 
 
 def test_no_test_code_in_the_runtime_package() -> None:

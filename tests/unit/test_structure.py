@@ -143,7 +143,6 @@ OVERSIZED_MODULES = {
     "partsync/_kafka/connection.py",
     "partsync/_kafka/requests.py",
     "partsync/copy/bulk.py",
-    "partsync/run/check.py",
     "partsync/run/diff.py",
     "partsync/run/planner.py",
     "partsync/ui/metrics.py",
