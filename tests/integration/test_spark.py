@@ -15,7 +15,7 @@ from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import PlanPolicy
 from partsync.plan.results import Status
 from partsync.run.planner import SyncRequest
-from partsync.run.sync import run_sync
+from partsync.run.sync import default_group, run_sync
 from tests.integration.kafka_proxy import StrictProxy
 from tests.support.faults import FaultInjection
 
@@ -88,8 +88,10 @@ def test_spark_and_local_engines_give_identical_results(
     assert spark_report.exit_status == 0, spark_report.to_dict()
     assert {p.status for p in spark_report.all_partitions()} == {Status.SYNCED}
     assert _shape(spark_report) == _shape(local_report)
-    # Same JSON document shape whichever engine ran.
-    assert spark_report.to_dict().keys() == local_report.to_dict().keys()
+    # Same JSON document shape whichever engine ran, but for the local group the local run
+    # joined as `partsync sync` does (a Spark job holds no group membership).
+    assert local_report.to_dict()["group"]["name"] == default_group(topics)
+    assert spark_report.to_dict().keys() == local_report.to_dict().keys() - {"group"}
     assert [t.to_dict().keys() for t in spark_report.topics] == [
         t.to_dict().keys() for t in local_report.topics
     ]
