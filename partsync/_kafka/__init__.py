@@ -1,8 +1,9 @@
 """The one adapter over kafka-python's internals (pinned to the 3.0.x line).
 
-Only modules in this package import ``kafka``: ``connection`` (framing, versions, TLS, SASL),
-``requests`` and ``group_requests`` (typed requests, plain-Python answers) and ``codes`` (error
-codes by name). Everything else in partsync imports from here.
+Only modules in this package import ``kafka``: ``connection`` (one broker's connection, built
+from ``sockets``, ``framed_socket``, ``shared_calls``, ``api_versions`` and ``sasl_login``),
+``requests`` (``Connection``: the typed requests of the ``*_requests`` modules, plain-Python
+answers) and ``codes`` (error codes by name). Everything else in partsync imports from here.
 """
 
 # First, before any module here imports kafka: kafka-python's package __init__ is deferred.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer.fetch import FetchRequest
 
-from partsync._kafka.requests import _fetch_request
+from partsync._kafka.fetch_requests import _fetch_request
 from partsync.plan.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,

@@ -11,7 +11,7 @@ import pytest
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer.produce import ProduceRequest
 
-from partsync._kafka.connection import _encode_framed_into, _sendmsg_all
+from partsync._kafka.framed_socket import encode_framed_into, sendmsg_all
 from partsync._kafka.raw import (
     FETCH_VERSIONS,
     PRODUCE_VERSIONS,
@@ -53,7 +53,7 @@ def _kafka_python_produce(version: int, cid: int, txn: str | None, batches) -> b
     req.API_VERSION = version
     req.with_header(correlation_id=cid, client_id="partsync-test")
     with EncodeBufferPool.acquire() as out:
-        _encode_framed_into(req, out)
+        encode_framed_into(req, out)
         return bytes(out.buf[: out.pos])
 
 
@@ -183,7 +183,7 @@ def test_a_scatter_gather_send_resumes_partial_writes_in_order() -> None:
     reader = threading.Thread(target=drain)
     reader.start()
     counting = _Counting(a)
-    _sendmsg_all(counting, [memoryview(p) for p in parts])  # type: ignore[arg-type]
+    sendmsg_all(counting, [memoryview(p) for p in parts])  # type: ignore[arg-type]
     reader.join(10)
     a.close()
     b.close()

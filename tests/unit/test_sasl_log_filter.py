@@ -10,7 +10,7 @@ import logging
 import kafka.net.sasl.plain
 import kafka.net.sasl.scram
 
-import partsync._kafka.connection  # noqa: F401  (installs the filters)
+import partsync._kafka.sasl_login  # noqa: F401  (installs the filters)
 
 
 def test_kafka_pythons_per_connection_warning_is_filtered() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from partsync._kafka.connection import _ssl_context
+from partsync._kafka.sockets import ssl_context
 from partsync.config import Security
 from tests.support.tls import TestCA
 
@@ -16,17 +16,17 @@ def test_connections_share_a_context_until_a_certificate_file_is_replaced(tmp_pa
     sec = Security(
         "SSL", ssl_cafile=str(ca.cert), ssl_certfile=str(client.cert), ssl_keyfile=str(client.key)
     )
-    first = _ssl_context(sec)
+    first = ssl_context(sec)
     first_mtime = client.cert.stat().st_mtime_ns
-    assert _ssl_context(sec) is first
+    assert ssl_context(sec) is first
     # A rotated certificate: the file is replaced (new contents, new mtime).
     rotated = ca.issue("client-next", client=True)
     os.replace(rotated.cert, client.cert)
     os.replace(rotated.key, client.key)
     st = client.cert.stat()
     os.utime(client.cert, ns=(st.st_atime_ns, first_mtime))  # as `cp -p` would keep it
-    again = _ssl_context(sec)
+    again = ssl_context(sec)
     assert again is not first
-    assert _ssl_context(sec) is again
+    assert ssl_context(sec) is again
     other = Security("SSL", ssl_cafile=str(ca.cert), ssl_check_hostname=False)
-    assert _ssl_context(other) is not again
+    assert ssl_context(other) is not again
