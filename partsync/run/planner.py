@@ -1,6 +1,7 @@
 """Plan, then apply: read bounds on every cluster and plan each partition (``plan_topics``,
 read-only), and the one write a plan may call for before copying: creating a missing local topic
-or growing a local topic whose sources gained partitions (``apply_topic_changes``).
+or growing a local topic whose sources gained partitions (``apply_topic_changes``, done in
+``run.topic_changes``; the plan's data types are in ``run.topic_plan``).
 ``partsync plan`` prints the plans; ``partsync sync`` applies and executes them.
 
 Topic-wide refusals (partition counts differ, a local topic config that would make the broker
@@ -15,25 +16,28 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from partsync.config import ClusterRef
-from partsync.copy.boundary import checked_in_sync, checked_sources_agree, local_for_plan
-from partsync.copy.options import CopyOptions
+from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.producer import slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.pool import ClusterPool
-from partsync.plan.comparator import (
-    Bounds,
-    Condition,
-    PartitionPlan,
-    PlanPolicy,
-    plan_partition,
-    unknown_without,
-)
-from partsync.plan.results import PartitionResult, Status, TopicResult
+from partsync.plan.comparator import Bounds, Condition, plan_partition, unknown_without
 from partsync.plan.selection import select
-from partsync.plan.topic_rules import LocalTopicRules, create_configs, rules_from
-from partsync.plan.topic_select import TopicSelection, select_topics
+from partsync.plan.topic_rules import LocalTopicRules, rules_from
+from partsync.plan.topic_select import select_topics
+from partsync.run.topic_changes import apply_topic_changes as _apply_topic_changes
+
+# The plan's data types and the results of partitions it leaves nothing to copy for live in
+# ``run.topic_plan`` (below the apply step, which uses them too); offered here as before.
+from partsync.run.topic_plan import (
+    SyncRequest,
+    TopicCreation,
+    TopicGrowth,
+    TopicPlan,
+    located,
+    uncopied_result,
+    whole_topic_results,
+)
 
 __all__ = [
     "SyncRequest",
@@ -49,80 +53,6 @@ __all__ = [
 
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SyncRequest:
-    topics: tuple[str, ...]
-    sources: tuple[ClusterRef, ...]
-    local: ClusterRef
-    partitions: frozenset[int] | None = None
-    create_missing: bool = False
-    # Grow a local topic whose sources have more partitions (CreatePartitions) rather than
-    # refuse it.
-    add_partitions: bool = True
-    policy: PlanPolicy = PlanPolicy()
-    options: CopyOptions = CopyOptions()
-    # --topic-pattern / --exclude: ``topics`` are what ``resolve_topics`` found on the sources.
-    selection: TopicSelection | None = None
-
-    @property
-    def job_topics(self) -> tuple[str, ...]:
-        """What names the job (its default group): the selection as given when it has
-        patterns, so runs that resolve to different topics still meet in one group."""
-        if self.selection is not None and self.selection.by_pattern:
-            return (self.selection.describe(),)
-        return self.topics
-
-
-@dataclass(frozen=True)
-class TopicCreation:
-    """The apply step a plan calls for: create the local topic with ``partitions`` partitions and
-    identity-preserving configs derived from ``source``'s."""
-
-    partitions: int
-    source: str
-
-
-@dataclass(frozen=True)
-class TopicGrowth:
-    """The apply step a plan calls for when the sources gained partitions: grow the local topic
-    from ``current`` to ``partitions`` (the new ones start empty at offset 0, like theirs)."""
-
-    current: int
-    partitions: int
-
-
-@dataclass(frozen=True)
-class TopicPlan:
-    topic: str
-    partitions: tuple[PartitionPlan, ...]
-    rules: LocalTopicRules = LocalTopicRules()
-    warnings: tuple[str, ...] = ()
-    refused: str | None = None  # whole-topic refusal (unsafe)
-    error: str | None = None  # whole-topic failure (e.g. topic missing everywhere)
-    create: TopicCreation | None = None
-    grow: TopicGrowth | None = None
-    # Sources that did not answer: the run cannot tell whether they are ahead.
-    unreachable: tuple[str, ...] = ()
-    # Each source's topic id where its broker says (Metadata v10+): a follower that sees one
-    # change knows the topic was deleted and created again, and stops appending from it.
-    topic_ids: tuple[tuple[str, str], ...] = ()
-    # When this process started reading the bounds the plan holds (``time.monotonic()``).
-    planned_at: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "topic": self.topic,
-            "refused": self.refused,
-            "error": self.error,
-            "warnings": list(self.warnings),
-            "unreachable": list(self.unreachable),
-            "grow": None
-            if self.grow is None
-            else {"from": self.grow.current, "to": self.grow.partitions},
-            "partitions": [p.to_dict() for p in self.partitions],
-        }
 
 
 @dataclass
@@ -310,7 +240,7 @@ def _plan_topic(
             srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.sources}
             plan = checked_in_sync(plan, srcs, local, req.options, rules)
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
-            plan = _located(plan, local.name)
+            plan = located(plan, local.name)
         plans.append(plan)
     return TopicPlan(
         topic,
@@ -343,15 +273,6 @@ def _local_bounds(
             )
         out[p] = Bounds(hw[p].log_start, end)
     return out
-
-
-def _located(plan: PartitionPlan, local: str) -> PartitionPlan:
-    """A refusal's reason says where, like every PartsyncError: the local cluster, topic,
-    partition and the local log end, the offset that could not be written."""
-    where = (
-        f"cluster {local}, topic {plan.topic} partition {plan.partition}, offset {plan.local.end}"
-    )
-    return dataclasses.replace(plan, reason=f"{where}: {plan.reason}")
 
 
 def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
@@ -420,101 +341,5 @@ def apply_topic_changes(
     req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan]
 ) -> list[TopicPlan]:
     """Apply the plans' topic creations and growths on the local cluster, then plan those
-    topics again (their local bounds and rules are real now). Plans without either are returned
-    as they are."""
-    local = pool.get(req.local)
-    out = []
-    for tp in plans:
-        if (tp.create is None and tp.grow is None) or tp.refused or tp.error:
-            out.append(tp)
-            continue
-        warnings: tuple[str, ...] = ()
-        if (create := tp.create) is not None:
-            tp = _agreed(tp, req, pool)
-            if not any(p.condition is Condition.BEHIND for p in tp.partitions):
-                # Nothing would be copied into it: creating it would only leave a topic behind.
-                kept = (
-                    f"topic {tp.topic} was not created on {local.name}: no partition "
-                    "can be copied into it"
-                )
-                out.append(dataclasses.replace(tp, warnings=(*tp.warnings, kept)))
-                continue
-            src_cfg, w = pool.get(_ref(req, create.source)).topic_configs(tp.topic)
-            local.create_topic(tp.topic, create.partitions, create_configs(src_cfg))
-            warnings = tuple(w)
-        elif tp.grow is not None:
-            local.grow_topic(tp.topic, tp.grow.partitions)
-            grew = (
-                f"topic {tp.topic} on {local.name} grew from {tp.grow.current} to "
-                f"{tp.grow.partitions} partitions"
-            )
-            warnings = (grew,)
-        again = plan_topics(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
-        out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
-    return out
-
-
-def _agreed(tp: TopicPlan, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
-    """``tp`` with each partition whose serving sources disagree refused, as its copy would
-    refuse it first thing (``checked_sources_agree``), before its local topic is created."""
-    local = pool.get(req.local)
-    plans = []
-    for plan in tp.partitions:
-        if plan.condition is Condition.BEHIND:
-            srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.serving}
-            plan = checked_sources_agree(plan, srcs, local, req.options, tp.rules)
-            if plan.condition is not Condition.BEHIND:
-                plan = _located(plan, local.name)
-        plans.append(plan)
-    return dataclasses.replace(tp, partitions=tuple(plans))
-
-
-def _ref(req: SyncRequest, name: str) -> ClusterRef:
-    return next(r for r in req.sources if r.name == name)
-
-
-def whole_topic_results(tp: TopicPlan) -> TopicResult:
-    """Results for a topic refused or failed as a whole (every planned partition, or one row)."""
-    status = Status.UNSAFE if tp.refused else Status.ERROR
-    reason = tp.refused or tp.error
-    parts = [
-        PartitionResult(
-            tp.topic,
-            plan.partition,
-            status,
-            plan.local.end,
-            plan.local.end,
-            plan.target_end,
-            reason=reason,
-        )
-        for plan in tp.partitions
-    ]
-    if not parts:
-        parts.append(PartitionResult(tp.topic, -1, status, 0, 0, 0, reason=reason))
-    return TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable)
-
-
-def uncopied_result(plan: PartitionPlan) -> PartitionResult:
-    """A partition nothing was copied for, at its planned bounds: in-sync, unsafe with the
-    plan's reason, or a (retriable) error when a source that did not answer could overturn a
-    refusal. A behind partition gets its status from the caller (``with_status``)."""
-    r = PartitionResult(
-        plan.topic,
-        plan.partition,
-        Status.IN_SYNC,
-        plan.local.end,
-        plan.local.end,
-        plan.target_end,
-        reason=plan.reason,
-    )
-    if plan.condition is Condition.UNSAFE:
-        return r.with_status(Status.UNSAFE, plan.reason)
-    if plan.condition is Condition.UNKNOWN:
-        err = ClusterError(
-            plan.reason or "a source did not answer",
-            topic=plan.topic,
-            partition=plan.partition,
-            offset=plan.local.end,
-        )
-        return r.with_status(Status.ERROR, plan.reason, err)
-    return r
+    topics again (``run.topic_changes``). Plans without either are returned as they are."""
+    return _apply_topic_changes(req, pool, plans, plan_topics)

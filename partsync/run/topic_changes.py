@@ -1,0 +1,80 @@
+"""Applying a plan's topic changes, the one write a plan may call for before copying: creating a
+missing local topic (``--create-missing``) or growing a local topic whose sources gained
+partitions (CreatePartitions). Planning (``run.planner``) only reads; this step writes, then has
+the changed topics planned again, since their local bounds and rules are real only now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from partsync.config import ClusterRef
+from partsync.copy.boundary import checked_sources_agree
+from partsync.io.pool import ClusterPool
+from partsync.plan.comparator import Condition
+from partsync.plan.topic_rules import create_configs
+from partsync.run.topic_plan import SyncRequest, TopicPlan, located
+
+__all__ = ["Replan", "apply_topic_changes"]
+
+# Plans the request's topics again: ``run.planner.plan_topics``, passed in because the planner
+# offers this step under its own name and importing it back would make a cycle.
+Replan = Callable[[SyncRequest, ClusterPool], list[TopicPlan]]
+
+
+def apply_topic_changes(
+    req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan], replan: Replan
+) -> list[TopicPlan]:
+    """Apply the plans' topic creations and growths on the local cluster, then plan those
+    topics again (their local bounds and rules are real now). Plans without either are returned
+    as they are."""
+    local = pool.get(req.local)
+    out = []
+    for tp in plans:
+        if (tp.create is None and tp.grow is None) or tp.refused or tp.error:
+            out.append(tp)
+            continue
+        warnings: tuple[str, ...] = ()
+        if (create := tp.create) is not None:
+            tp = _agreed(tp, req, pool)
+            if not any(p.condition is Condition.BEHIND for p in tp.partitions):
+                # Nothing would be copied into it: creating it would only leave a topic behind.
+                kept = (
+                    f"topic {tp.topic} was not created on {local.name}: no partition "
+                    "can be copied into it"
+                )
+                out.append(dataclasses.replace(tp, warnings=(*tp.warnings, kept)))
+                continue
+            src_cfg, w = pool.get(_ref(req, create.source)).topic_configs(tp.topic)
+            local.create_topic(tp.topic, create.partitions, create_configs(src_cfg))
+            warnings = tuple(w)
+        elif tp.grow is not None:
+            local.grow_topic(tp.topic, tp.grow.partitions)
+            grew = (
+                f"topic {tp.topic} on {local.name} grew from {tp.grow.current} to "
+                f"{tp.grow.partitions} partitions"
+            )
+            warnings = (grew,)
+        again = replan(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
+        out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
+    return out
+
+
+def _agreed(tp: TopicPlan, req: SyncRequest, pool: ClusterPool) -> TopicPlan:
+    """``tp`` with each partition whose serving sources disagree refused, as its copy would
+    refuse it first thing (``checked_sources_agree``), before its local topic is created."""
+    local = pool.get(req.local)
+    plans = []
+    for plan in tp.partitions:
+        if plan.condition is Condition.BEHIND:
+            srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.serving}
+            plan = checked_sources_agree(plan, srcs, local, req.options, tp.rules)
+            if plan.condition is not Condition.BEHIND:
+                plan = located(plan, local.name)
+        plans.append(plan)
+    return dataclasses.replace(tp, partitions=tuple(plans))
+
+
+def _ref(req: SyncRequest, name: str) -> ClusterRef:
+    return next(r for r in req.sources if r.name == name)
