@@ -122,6 +122,28 @@ def _status(root: int) -> tuple[int, float]:
 # -- the clusters ----------------------------------------------------------------------------
 
 
+# A KRaft controller refuses one operation of more than 10,000 records ("excessively large
+# batch operation"): a topic of 10,000 partitions is created with half and grown in steps.
+_PARTITIONS_PER_STEP = 5000
+
+
+def _create_big_topic(bootstrap: str, topic: str, n: int, timeout: float) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    create_topic(bootstrap, topic, min(n, _PARTITIONS_PER_STEP), timeout=timeout)
+    have = min(n, _PARTITIONS_PER_STEP)
+    admin = _admin(bootstrap)
+    while have < n:
+        have = min(n, have + _PARTITIONS_PER_STEP)
+        for fut in admin.create_partitions([NewPartitions(topic, have)]).values():
+            fut.result(timeout)
+    deadline = time.monotonic() + timeout
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{bootstrap}: {topic} did not reach {n} partitions in {timeout} s")
+        time.sleep(0.5)
+
+
 def _admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
@@ -278,8 +300,8 @@ def _measure(
 ) -> dict[str, Any]:
     n = args.partitions
     setup_timeout = 60 + n * 0.02
-    create_topic(src.bootstrap, topic, n, timeout=setup_timeout)
-    create_topic(local.bootstrap, topic, n, timeout=setup_timeout)
+    for bootstrap in (src.bootstrap, local.bootstrap):
+        _create_big_topic(bootstrap, topic, n, setup_timeout)
     producer = _Producer(src.bootstrap)
     producer.one_per_partition(topic, n, setup_timeout)
     admin = _admin(local.bootstrap)
