@@ -56,14 +56,16 @@ class Scheduler(Generic[J]):
         """Queue ``job`` for a worker (the lock held), starting one if none is idle."""
         job.state = "ready"
         self._ready.append(job)
-        if self._idle > 0:
-            self._cv.notify()
-        elif len(self._threads) < self.max_workers:
+        # A waiting worker counts as idle until it wakes and takes a job: compare with the
+        # queue, or a burst of jobs would wake one worker and start no other.
+        if len(self._ready) > self._idle and len(self._threads) < self.max_workers:
             t = threading.Thread(
                 target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
             )
             self._threads.append(t)
             t.start()
+        else:
+            self._cv.notify()
 
     def park(self, job: J, delay: float | None = None) -> int:
         """Park ``job`` (the lock held), with a timer that wakes it after ``delay`` seconds if

@@ -223,3 +223,32 @@ def test_one_shot_gives_up_after_its_retries() -> None:
     _until(lambda: run.finished == [("t", 0)], "gave up")
     assert script.rounds[0] == 1
     engine.close()
+
+
+def test_a_burst_of_rounds_after_an_idle_spell_runs_on_as_many_threads() -> None:
+    """A waiting worker counts as idle until it takes a job: four rounds queued at once while
+    one worker waits run four at a time, not one after another on the one that woke."""
+    running = threading.Semaphore(0)
+    release = threading.Event()
+
+    class Blocking(Script):
+        def __call__(self, task: PartitionTask, pool: Any, session: Any, **kw: Any) -> Any:
+            if task.plan.partition > 0:
+                running.release()
+                assert release.wait(_BOUND_S)
+            return super().__call__(task, pool, session, **kw)
+
+    script = Blocking()
+    run = Run(script, follow=False, workers=4)
+    engine = run.engine
+    engine.start(_task(0), threading.Event())
+    _until(lambda: run.finished == [("t", 0)], "the first round ends; its worker waits")
+    for p in range(1, 5):
+        engine.start(_task(p), threading.Event())
+    try:
+        for _ in range(4):
+            assert running.acquire(timeout=_BOUND_S), "four rounds at once"
+    finally:
+        release.set()
+    _until(lambda: len(run.finished) == 5, "every round ends")
+    engine.close()
