@@ -1,13 +1,14 @@
 """Fetch requests (a mixin of ``Connection``): pipelined (``send_fetch*``, then
-``receive_fetch*``, answers decoded by ``raw`` without copying the records), in fetch sessions
-(KIP-227), or as one ``call`` that waits out a broker's throttling."""
+``receive_fetch*``), in fetch sessions (KIP-227), or as one ``call`` that waits out a broker's
+throttling. Every answer is decoded by ``raw`` (records are views into the received body, not
+copies) and turned into ``FetchedPartition``s by ``fetch_outcome``."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafka.protocol.consumer.fetch import FetchRequest
 
@@ -16,9 +17,15 @@ from partsync._kafka.raw import decode_fetch_response
 from partsync.errors import ClusterError
 
 if TYPE_CHECKING:
-    from partsync._kafka.framed_socket import Answer
+    from partsync._kafka.framed_socket import Answer, Decoder
 
-__all__ = ["THROTTLE_WAIT_LIMIT_S", "FetchRequests", "FetchedPartition"]
+__all__ = [
+    "THROTTLE_WAIT_LIMIT_S",
+    "FetchOutcome",
+    "FetchRequests",
+    "FetchedPartition",
+    "fetch_outcome",
+]
 
 
 # The longest a fetch waits out a broker's throttling before returning what it has (nothing).
@@ -35,6 +42,40 @@ class FetchedPartition:
     # KIP-392: the replica the leader asks this client to fetch the partition from instead
     # (given a client rack; the answer then holds no records), or -1.
     preferred_read_replica: int = -1
+
+
+class FetchOutcome(NamedTuple):
+    """A Fetch response: how long the broker asks this client to wait before its next request
+    (a quota; KIP-219), the top-level error code and fetch session id (v7+, else 0), and the
+    partitions by (topic, partition)."""
+
+    throttle_ms: int
+    error_code: int
+    session_id: int
+    partitions: dict[tuple[str, int], FetchedPartition]
+
+
+def fetch_outcome(body: bytes, version: int, offset: int) -> FetchOutcome:
+    """The Fetch response in ``body`` (its header ends at ``offset``), records as views into
+    ``body``. Raises ValueError on a body that does not parse. Pure: no sockets."""
+    throttle, error, session_id, topics = decode_fetch_response(body, version, offset)
+    return FetchOutcome(
+        throttle,
+        error,
+        session_id,
+        {
+            (topic, p.partition): FetchedPartition(
+                p.partition,
+                p.error_code,
+                p.high_watermark,
+                p.log_start_offset,
+                p.records,
+                p.preferred_read_replica,
+            )
+            for topic, parts in topics.items()
+            for p in parts
+        },
+    )
 
 
 def _fetch_request(
@@ -78,7 +119,7 @@ def _fetch_request(
 
 
 class FetchRequests:
-    """Fetch over ``send``/``receive_body`` or ``call`` (from ``BrokerConnection``)."""
+    """Fetch over ``send``/``receive_body`` or ``call_raw`` (from ``BrokerConnection``)."""
 
     cluster: str
     rack: str
@@ -86,7 +127,7 @@ class FetchRequests:
 
     if TYPE_CHECKING:
 
-        def call(self, api: str, request: Any) -> Any: ...
+        def call_raw(self, api: str, request: Any, decode: Decoder) -> Any: ...
 
         def send(self, api: str, request: Any, _answer: Answer | None = None) -> None: ...
 
@@ -174,49 +215,22 @@ class FetchRequests:
     ) -> tuple[int, int, dict[tuple[str, int], FetchedPartition]]:
         body, at = self.receive_body()
         try:
-            throttle, error, session_id, topics = decode_fetch_response(
-                body, self.version("Fetch"), at
-            )
+            answer = fetch_outcome(body, self.version("Fetch"), at)
         except ValueError as e:
             self.close()  # out of step with the broker from here
             raise ClusterError(
                 f"Fetch response does not parse: {e}", cluster=self.cluster
             ) from None
-        self.last_throttle_ms = throttle
-        if error and raise_error:
-            raise_for_code(error, "Fetch", cluster=self.cluster)
-        return (
-            error,
-            session_id,
-            {
-                (topic, p.partition): FetchedPartition(
-                    p.partition,
-                    p.error_code,
-                    p.high_watermark,
-                    p.log_start_offset,
-                    p.records,
-                    p.preferred_read_replica,
-                )
-                for topic, parts in topics.items()
-                for p in parts
-            },
-        )
+        self._took(answer, raise_error=raise_error)
+        return answer.error_code, answer.session_id, answer.partitions
 
-    def _fetch_answer(self, resp: Any) -> tuple[dict[int, FetchedPartition], int]:
-        throttle_ms = int(getattr(resp, "throttle_time_ms", 0) or 0)
-        if getattr(resp, "error_code", 0):
-            raise_for_code(resp.error_code, "Fetch", cluster=self.cluster)
-        out: dict[int, FetchedPartition] = {}
-        for t in resp.responses:
-            for p in t.partitions:
-                out[p.partition_index] = FetchedPartition(
-                    p.partition_index,
-                    p.error_code,
-                    p.high_watermark,
-                    p.log_start_offset,
-                    p.records or b"",
-                )
-        return out, throttle_ms
+    def _took(self, answer: FetchOutcome, *, raise_error: bool) -> None:
+        """What every Fetch answer means for the connection: its throttle time is kept in
+        ``last_throttle_ms``, and a top-level error is raised (``raise_error``) or left to the
+        caller (a fetch session's errors)."""
+        self.last_throttle_ms = answer.throttle_ms
+        if answer.error_code and raise_error:
+            raise_for_code(answer.error_code, "Fetch", cluster=self.cluster)
 
     def fetch(
         self,
@@ -227,7 +241,8 @@ class FetchRequests:
         min_bytes: int = 1,
         max_bytes: int = 64 << 20,
     ) -> dict[int, FetchedPartition]:
-        """A Fetch as a ``call`` (on a shared connection, alongside other threads' calls). A
+        """A Fetch as a ``call`` (on a shared connection, alongside other threads' calls), its
+        records views into the received body, as ``receive_fetch``'s. A
         throttled answer (KIP-219: the broker answers a client over its quota at once, without
         the partitions, with ``throttle_time_ms``, and reads nothing more from it until that
         time has passed) is waited out and asked again, for up to ``THROTTLE_WAIT_LIMIT_S`` in
@@ -235,8 +250,10 @@ class FetchRequests:
         waited = 0.0
         while True:
             req = _fetch_request({topic: wanted}, max_wait_ms, min_bytes, max_bytes)
-            out, throttle_ms = self._fetch_answer(self.call("Fetch", req))
-            pause = min(throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
+            answer: FetchOutcome = self.call_raw("Fetch", req, fetch_outcome)
+            self._took(answer, raise_error=True)
+            out = {p: f for (_t, p), f in answer.partitions.items()}
+            pause = min(answer.throttle_ms / 1000, THROTTLE_WAIT_LIMIT_S - waited)
             if pause <= 0 or all(p in out for p, _o, _m in wanted):
                 return out
             time.sleep(pause)

@@ -17,7 +17,15 @@ from partsync._kafka.api_versions import PREFERRED
 from partsync._kafka.raw import Buffer
 from partsync.errors import ClusterError
 
-__all__ = ["SIZE", "Answer", "FramedSocket", "Pending", "encode_framed_into", "sendmsg_all"]
+__all__ = [
+    "SIZE",
+    "Answer",
+    "Decoder",
+    "FramedSocket",
+    "Pending",
+    "encode_framed_into",
+    "sendmsg_all",
+]
 
 # A frame's size prefix, and the correlation id that opens every response header.
 SIZE = struct.Struct(">i")
@@ -56,12 +64,18 @@ def sendmsg_all(sock: socket.socket, parts: list[Buffer]) -> None:
                 sent = 0
 
 
+# Decodes a raw response: (body, version, offset after the response header) -> the answer.
+Decoder = Callable[[bytes, int, int], Any]
+
+
 class Answer:
-    """Where a ``call`` finds its response, read by whichever caller was reading."""
+    """Where a ``call`` finds its response, read by whichever caller was reading: decoded by
+    kafka-python, or by ``decode`` from the raw body (``raw``'s decoders)."""
 
-    __slots__ = ("done", "error", "response")
+    __slots__ = ("decode", "done", "error", "response")
 
-    def __init__(self) -> None:
+    def __init__(self, decode: Decoder | None = None) -> None:
+        self.decode = decode
         self.done = False
         self.response: Any = None
         self.error: ClusterError | None = None
@@ -147,10 +161,13 @@ class FramedSocket:
         """The next response's raw body and the offset after its (non-flexible) header, for
         ``raw``'s decoders; the version is the request's (``version(api)``)."""
         with self._recv_lock:
-            pending = self._next_pending()
-            if pending.response_cls.flexible_version_q(pending.version):
-                raise RuntimeError(f"{pending.api} v{pending.version} has a flexible header")
-            return self._read_body(pending), 4
+            return self._read_raw(self._next_pending())
+
+    def _read_raw(self, pending: Pending) -> tuple[bytes, int]:
+        """``pending``'s raw body and the offset after its header (non-flexible only)."""
+        if pending.response_cls.flexible_version_q(pending.version):
+            raise RuntimeError(f"{pending.api} v{pending.version} has a flexible header")
+        return self._read_body(pending), 4
 
     def _next_pending(self) -> Pending:
         pending = self._pending.popleft()

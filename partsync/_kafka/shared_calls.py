@@ -1,12 +1,13 @@
-"""``call`` and ``call_many`` for many threads sharing one pipelined connection (a mixin of
-``BrokerConnection``): every caller's request is sent at once, and whichever caller is reading
-hands each response to its caller, so no thread waits on a round trip it did not start."""
+"""``call``, ``call_raw`` and ``call_many`` for many threads sharing one pipelined connection
+(a mixin of ``BrokerConnection``): every caller's request is sent at once, and whichever caller
+is reading hands each response to its caller, so no thread waits on a round trip it did not
+start."""
 
 import collections
 import threading
 from typing import TYPE_CHECKING, Any
 
-from partsync._kafka.framed_socket import Answer, Pending
+from partsync._kafka.framed_socket import Answer, Decoder, Pending
 from partsync.errors import ClusterError
 
 __all__ = ["SharedCalls"]
@@ -28,6 +29,8 @@ class SharedCalls:
 
         def _read_response(self, pending: Pending) -> Any: ...
 
+        def _read_raw(self, pending: Pending) -> tuple[bytes, int]: ...
+
         def close(self) -> None: ...
 
     def __init__(self) -> None:
@@ -40,6 +43,14 @@ class SharedCalls:
         the connection at the same time: one caller at a time reads the next response and
         hands it to its caller, who returns at once."""
         mine = Answer()
+        self.send(api, request, mine)
+        return self._wait(mine)
+
+    def call_raw(self, api: str, request: Any, decode: Decoder) -> Any:
+        """``call``, its response decoded by ``decode(body, version, offset after the
+        header)`` (``raw``'s decoders: nothing copied out of the body) instead of by
+        kafka-python; a response that does not decode fails as in ``call``."""
+        mine = Answer(decode)
         self.send(api, request, mine)
         return self._wait(mine)
 
@@ -97,7 +108,11 @@ class SharedCalls:
             self.close()
             raise RuntimeError("call() on a connection used for receive()")
         try:
-            answer.response = self._read_response(pending)
+            if answer.decode is None:
+                answer.response = self._read_response(pending)
+            else:
+                body, at = self._read_raw(pending)
+                answer.response = answer.decode(body, pending.version, at)
         except ClusterError as e:  # the connection is closed: every later call fails too
             answer.error = e
         except BaseException as e:

@@ -4,20 +4,25 @@ what kafka-python's schema-generated codecs produce and read, without copying th
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer.produce import ProduceRequest
 
-from partsync._kafka.framed_socket import encode_framed_into, sendmsg_all
+from partsync._kafka.fetch_requests import FetchedPartition, FetchRequests, fetch_outcome
+from partsync._kafka.framed_socket import FramedSocket, encode_framed_into, sendmsg_all
 from partsync._kafka.raw import (
     FETCH_VERSIONS,
     PRODUCE_VERSIONS,
     decode_fetch_response,
     produce_request_parts,
 )
+from partsync._kafka.shared_calls import SharedCalls
+from partsync.errors import ClusterError
 from partsync.wire.batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -92,13 +97,20 @@ def test_rewrite_parts_is_the_shallow_rewrite_of_the_whole_batch() -> None:
         assert r.tail.obj is b.data.obj  # a view of the fetched bytes
 
 
-def _kafka_python_fetch_body(version: int, records: dict[int, bytes | None]) -> bytes:
+def _kafka_python_fetch_body(
+    version: int,
+    records: dict[int, bytes | None],
+    *,
+    throttle: int = 250,
+    error: int = 0,
+    preferred: int = -1,
+) -> bytes:
     T = FetchResponse.FetchableTopicResponse
     P = T.PartitionData
     A = P.AbortedTransaction
     resp = FetchResponse(
-        throttle_time_ms=250,
-        error_code=0,
+        throttle_time_ms=throttle,
+        error_code=error,
         session_id=(77 if version >= 7 else 0),
         responses=[
             T(
@@ -113,7 +125,7 @@ def _kafka_python_fetch_body(version: int, records: dict[int, bytes | None]) -> 
                         aborted_transactions=(
                             [A(producer_id=5, first_offset=6)] if p % 2 else None
                         ),
-                        preferred_read_replica=-1,
+                        preferred_read_replica=preferred,
                         records=rec,
                     )
                     for p, rec in records.items()
@@ -155,6 +167,138 @@ def test_a_truncated_fetch_response_is_an_error_not_a_short_read() -> None:
         decode_fetch_response(body[:-10], 11, 4)
     with pytest.raises(ValueError):
         decode_fetch_response(body + b"\x00", 11, 4)
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+def test_a_fetch_answer_becomes_fetched_partitions_in_one_place(version: int) -> None:
+    records: dict[int, bytes | None] = {0: b"x" * 300, 2: None}
+    body = b"\x00\x00\x00\x2a" + _kafka_python_fetch_body(
+        version, records, throttle=30, error=(70 if version >= 7 else 0), preferred=3
+    )
+    got = fetch_outcome(body, version, 4)
+    assert (got.throttle_ms, got.error_code, got.session_id) == (
+        30,
+        70 if version >= 7 else 0,  # a top-level error (KIP-227's) is in answers from v7 on
+        77 if version >= 7 else 0,
+    )
+    start = 10 if version >= 5 else -1  # the log start offset is in answers from v5 on
+    preferred = 3 if version >= 11 else -1  # the preferred read replica from v11 on (KIP-392)
+    assert got.partitions == {
+        ("orders", 0): FetchedPartition(0, 0, 1000, start, b"x" * 300, preferred),
+        ("orders", 2): FetchedPartition(
+            2, 1, 1002, start + 2 if start >= 0 else -1, b"", preferred
+        ),
+    }
+    assert all(f.records.obj is body for f in got.partitions.values())  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        fetch_outcome(body[:-1], version, 4)
+
+
+class _SharedFetches(FramedSocket, SharedCalls, FetchRequests):
+    """``FetchRequests`` over a connection shared by threads (``call_raw``), on one end of a
+    socket pair: ``BrokerConnection`` without the set-up."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        FramedSocket.__init__(self, sock, host="broker", port=9092, cluster="c", client_id="t")
+        SharedCalls.__init__(self)
+        self._versions["Fetch"] = 11
+        self.rack = ""
+        self.last_throttle_ms = 0
+
+    def version(self, api: str) -> int:
+        return self._versions[api]
+
+
+_FETCH_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
+_FETCH_V11_FIXED = 4 * 4 + 1 + 4 + 4  # replica, wait, min and max bytes, isolation, session
+
+
+def _fetch_broker(
+    sock: socket.socket, answers: list[Callable[[int], bytes]], together: int = 1
+) -> threading.Thread:
+    """A broker answering Fetch v11 request i with ``answers[i](the first partition it
+    names)`` (a response body), ``together`` requests at a time (all in flight meanwhile)."""
+    f = sock.makefile("rb")
+
+    def serve() -> None:
+        waiting: list[tuple[int, int]] = []
+        answered = 0
+        for n in range(len(answers)):
+            size, _key, _version, cid = _FETCH_HEAD.unpack(f.read(_FETCH_HEAD.size))
+            rest = f.read(size - 8)
+            pos = 2 + struct.unpack_from(">h", rest, 0)[0] + _FETCH_V11_FIXED + 4  # topics
+            pos += 2 + struct.unpack_from(">h", rest, pos)[0] + 4  # topic name, partitions
+            waiting.append((cid, struct.unpack_from(">i", rest, pos)[0]))
+            if len(waiting) < together and n + 1 < len(answers):
+                continue
+            for c, p in waiting:
+                frame = struct.pack(">i", c) + answers[answered](p)
+                sock.sendall(struct.pack(">i", len(frame)) + frame)
+                answered += 1
+            waiting = []
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def _partition_body(p: int, *, throttle: int = 0, error: int = 0) -> bytes:
+    return _kafka_python_fetch_body(11, {p: b"p%d" % p * 50}, throttle=throttle, error=error)
+
+
+def test_fetches_on_a_shared_connection_are_decoded_raw_and_handed_to_their_callers() -> None:
+    a, b = socket.socketpair()
+    conn = _SharedFetches(a)
+    broker = _fetch_broker(b, [_partition_body] * 4, together=4)
+    got: dict[int, FetchedPartition] = {}
+
+    def fetch(p: int) -> None:
+        got.update(conn.fetch("orders", [(p, 0, 1000)]))
+
+    threads = [threading.Thread(target=fetch, args=(p,)) for p in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    broker.join(10)
+    assert sorted(got) == [0, 1, 2, 3]
+    for p, f in got.items():
+        assert (f.partition, f.error_code, f.high_watermark) == (p, 0, 1000 + p)
+        assert isinstance(f.records, memoryview) and bytes(f.records) == b"p%d" % p * 50
+    conn.close()
+    b.close()
+
+
+def test_a_throttled_shared_fetch_is_asked_again_and_a_top_level_error_raised() -> None:
+    a, b = socket.socketpair()
+    conn = _SharedFetches(a)
+
+    def throttled(p: int) -> bytes:  # KIP-219: at once, without the partitions
+        return _kafka_python_fetch_body(11, {}, throttle=20)
+
+    def refused(p: int) -> bytes:
+        return _partition_body(p, error=70)  # FETCH_SESSION_ID_NOT_FOUND
+
+    broker = _fetch_broker(b, [throttled, _partition_body, refused])
+    assert list(conn.fetch("orders", [(5, 0, 1000)])) == [5]
+    with pytest.raises(ClusterError) as e:
+        conn.fetch("orders", [(5, 0, 1000)])
+    assert "(70)" in str(e.value) and not conn.closed
+    broker.join(10)
+    conn.close()
+    b.close()
+
+
+def test_a_shared_fetch_answer_that_does_not_parse_closes_the_connection() -> None:
+    a, b = socket.socketpair()
+    conn = _SharedFetches(a)
+    broker = _fetch_broker(b, [lambda p: _partition_body(p)[:-3]])
+    with pytest.raises(ClusterError) as e:
+        conn.fetch("orders", [(5, 0, 1000)])
+    assert not e.value.retriable and conn.closed  # as a response kafka-python cannot decode
+    assert "reading Fetch response from broker broker:9092 failed" in str(e.value)
+    broker.join(10)
+    b.close()
 
 
 class _Counting:
