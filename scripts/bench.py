@@ -68,6 +68,7 @@ from partsync.demo.brokers import start_noida, start_tansu
 from partsync.demo.data import create_topic as _create_topic
 from partsync.io.cluster import Cluster
 from partsync.wire.batch import iter_batches
+from partsync.wire.digest import batch_digest
 from partsync.wire.records import iter_records
 
 HERE = Path(__file__).resolve().parent
@@ -358,7 +359,7 @@ def scan_topic(
                         scan.batches += 1
                         scan.bytes += batch.size
                         scan.codecs.add(batch.codec)
-                        bh.update(batch.digest())
+                        bh.update(batch_digest(batch))
                         if records:
                             for r in iter_records(batch):
                                 rh.update(r.digest())
