@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["Backoff", "retry_until"]
+__all__ = ["Backoff", "retry_on", "retry_until"]
 
 _T = TypeVar("_T")
 
@@ -82,3 +82,30 @@ def retry_until(
         done, value = attempt()
         if done or not backoff.wait():
             return value
+
+
+def retry_on(
+    call: Callable[[], _T],
+    backoff: Backoff | Callable[[], Backoff],
+    retriable: Callable[[Exception], bool],
+    *,
+    again: Callable[[Exception], object] | None = None,
+) -> _T:
+    """``call()``'s value; an exception ``retriable`` accepts is followed by a wait and another
+    call (``again(error)`` first, e.g. to read fresh metadata) until ``backoff`` gives up, and
+    then raised as it is, as is any other exception at once.
+
+    ``backoff`` may be a function making one: it is then made at the first retriable error, so
+    its deadline counts from there rather than from the first call."""
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not retriable(e):
+                raise
+            if not isinstance(backoff, Backoff):
+                backoff = backoff()
+            if not backoff.wait():
+                raise
+            if again is not None:
+                again(e)

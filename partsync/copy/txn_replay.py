@@ -36,7 +36,7 @@ from partsync.io.broker_errors import broker_error
 from partsync.io.reader import batch_at
 from partsync.io.writer import SharedWriter
 from partsync.plan.txn_window import HeldBack, HoldRule, TxnWindow, open_txns_text, too_many_open
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_until
 from partsync.wire.batch import Batch, iter_batches
 from partsync.wire.markers import ABORT, COMMIT, marker_name, marker_type
 
@@ -463,10 +463,10 @@ class TxnReplay:
                 "the local transaction was ended by someone else (its timeout?)",
                 **where,
             )
+
         # Alone and replicated: the log ends right after it and the high watermark has
         # reached it (a Fetch answer's high watermark may be older than its records).
-        backoff = Backoff(0.002, 0.05, deadline=ctx.opts.hw_wait_s)
-        while True:
+        def replicated() -> tuple[bool, bool]:
             bounds, leo = ctx.local.bounds_and_log_ends(ctx.topic, [ctx.partition])[ctx.partition]
             if leo != at + 1:
                 raise AppendMismatchError(
@@ -474,10 +474,10 @@ class TxnReplay:
                     f"marker at offset {at}: another writer or a changed log; stopped writing",
                     **where,
                 )
-            if bounds.end == leo:
-                return
-            if not backoff.wait():
-                raise ClusterError(
-                    f"the marker at offset {at} is not replicated after {ctx.opts.hw_wait_s:g}s",
-                    **where,
-                )
+            return bounds.end == leo, bounds.end == leo
+
+        if not retry_until(replicated, Backoff(0.002, 0.05, deadline=ctx.opts.hw_wait_s)):
+            raise ClusterError(
+                f"the marker at offset {at} is not replicated after {ctx.opts.hw_wait_s:g}s",
+                **where,
+            )

@@ -21,7 +21,7 @@ from partsync.io.coalesce import Coalescer
 from partsync.io.connections import Connections
 from partsync.io.metadata import BOUNDS_ELECTION_WAIT_S, MetadataCache
 from partsync.plan.comparator import Bounds
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_on, retry_until
 
 __all__ = ["BoundsReader", "read_bounds", "read_log_ends"]
 
@@ -200,14 +200,12 @@ class BoundsReader:
         does not lead its partitions yet) is waited out with fresh metadata for up to
         ``BOUNDS_ELECTION_WAIT_S``, as Kafka's clients do, so a run that starts during one
         does not take the cluster for unreachable."""
-        backoff = Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S)
-        while True:
-            try:
-                return read_bounds(self._conns, self._meta, topic, partitions)
-            except BrokerError as e:
-                if e.error_code not in ELECTION_CODES or not backoff.wait():
-                    raise
-                self._meta.metadata(refresh=True)
+        return retry_on(
+            lambda: read_bounds(self._conns, self._meta, topic, partitions),
+            Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S),
+            lambda e: isinstance(e, BrokerError) and e.error_code in ELECTION_CODES,
+            again=lambda _e: self._meta.metadata(refresh=True),
+        )
 
     def log_ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """The log end offset of each partition (``read_log_ends``)."""
@@ -230,23 +228,29 @@ class BoundsReader:
         next append at the log end, not at the high watermark a consumer sees, and can still be
         truncated by a leader change: wait up to ``wait`` seconds for it to be replicated, then
         give up with a retriable ``UnreplicatedError``."""
-        backoff = Backoff(0.2, 2.0, deadline=wait)
-        while True:
+        asked = False
+
+        def attempt() -> tuple[bool, tuple[Bounds, int]]:
+            nonlocal asked
+            if asked:
+                self._meta.metadata(refresh=True)  # the leader may have moved meanwhile
+            asked = True
             b, leo = self.bounds_and_log_ends(topic, [partition])[partition]
-            if leo == b.end:
-                return b
-            if not backoff.wait():
-                raise UnreplicatedError(
-                    f"the high watermark {b.end} is below the log end {leo}: an append is in "
-                    f"the leader's log but not on every in-sync replica after {wait:g}s (an "
-                    "acks=all append that timed out, a killed run, or replicas out of sync); "
-                    "not appending until it is",
-                    cluster=self.name,
-                    topic=topic,
-                    partition=partition,
-                    offset=b.end,
-                )
-            self._meta.metadata(refresh=True)  # the leader may have moved meanwhile
+            return leo == b.end, (b, leo)
+
+        b, leo = retry_until(attempt, Backoff(0.2, 2.0, deadline=wait))
+        if leo != b.end:
+            raise UnreplicatedError(
+                f"the high watermark {b.end} is below the log end {leo}: an append is in "
+                f"the leader's log but not on every in-sync replica after {wait:g}s (an "
+                "acks=all append that timed out, a killed run, or replicas out of sync); "
+                "not appending until it is",
+                cluster=self.name,
+                topic=topic,
+                partition=partition,
+                offset=b.end,
+            )
+        return b
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
         """The partition's last stable offset (ListOffsets LATEST at read_committed, from its

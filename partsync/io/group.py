@@ -216,7 +216,7 @@ class GroupMember:
     def _run(self) -> None:
         backoff = Backoff(0.2, 5.0, cancel=self.stopping)
         try:
-            while not self.stopping.is_set():
+            while not self.stopping.is_set():  # not retry_until: a supervisor, to run until stopped
                 try:
                     if self._session is None:
                         self._session = self._pick_session()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from partsync._kafka import ELECTION_CODES, ErrorCode, Metadata, TopicMeta, broker_error
 from partsync.errors import BrokerError, TopicError
 from partsync.io.connections import Connections
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_on
 
 __all__ = ["BOUNDS_ELECTION_WAIT_S", "MetadataCache", "TopicInfo"]
 
@@ -89,17 +89,17 @@ class MetadataCache:
         without a leader (an election under way, e.g. its only replica's broker restarting)
         is waited for with fresh metadata for up to ``BOUNDS_ELECTION_WAIT_S``, as Kafka's
         clients wait for a leader."""
-        backoff: Backoff | None = None
-        while True:
-            try:
-                return self._topic_now(name, refresh)
-            except BrokerError as e:
-                if e.error_code not in ELECTION_CODES:
-                    raise
-                backoff = backoff or Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S)
-                if not backoff.wait():
-                    raise
-                refresh = True
+
+        def again(_e: Exception) -> None:
+            nonlocal refresh
+            refresh = True
+
+        return retry_on(
+            lambda: self._topic_now(name, refresh),
+            lambda: Backoff(0.1, 1.0, deadline=BOUNDS_ELECTION_WAIT_S),  # from the first error
+            lambda e: isinstance(e, BrokerError) and e.error_code in ELECTION_CODES,
+            again=again,
+        )
 
     def _topic_now(self, name: str, refresh: bool) -> TopicInfo | None:
         if name not in self._watched:

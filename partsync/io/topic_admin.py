@@ -15,7 +15,7 @@ from partsync.plan.topic_rules import (
     RETENTION_CONFIGS,
     TIMESTAMP_CONFIGS,
 )
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_until
 
 __all__ = ["TopicAdmin"]
 
@@ -111,21 +111,22 @@ class TopicAdmin:
         # Wait until metadata shows every partition with a leader, and the leaders answer for them:
         # Apache Kafka's metadata names a new partition's leader before that broker has taken the
         # partition on (it answers NOT_LEADER_OR_FOLLOWER until then).
-        backoff = Backoff(0.1, 0.1, deadline=self._conns.timeout)
-        while True:
+        def ready() -> tuple[bool, bool]:
             try:
                 info = self._meta.topic(topic, refresh=True)
                 if info is not None and info.partitions >= partitions:
                     self._reader.bounds(topic, list(range(partitions)))
-                    return
+                    return True, True
             except ClusterError:
                 pass
-            if not backoff.wait():
-                raise ClusterError(
-                    f"{what} did not become ready (metadata and leaders)",
-                    cluster=self.name,
-                    topic=topic,
-                )
+            return False, False
+
+        if not retry_until(ready, Backoff(0.1, 0.1, deadline=self._conns.timeout)):
+            raise ClusterError(
+                f"{what} did not become ready (metadata and leaders)",
+                cluster=self.name,
+                topic=topic,
+            )
 
     def check_delete_records(self, topic: str, partition: int, at: int, before: int) -> None:
         """Refuse (unsafe) unless the partition's leader can DeleteRecords: it must offer the

@@ -42,7 +42,7 @@ from partsync.plan.diff_model import (
     lags,
 )
 from partsync.plan.selection import select
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_until
 from partsync.run.diff_narrow import narrow
 from partsync.run.diff_reader import ChunkReader, MarkerTimes, chunk_stream
 from partsync.wire.digest import compare_chunks as _compare_chunks
@@ -75,16 +75,21 @@ def diff_partition(
     raises for Kafka or data problems: they come back as status ``error`` with the reason. A
     lost connection is retried (bounds read again) before it is reported.
     """
-    backoff = Backoff(0.5, 4.0)
-    for attempt in range(1, DIFF_ATTEMPTS + 1):
+    tries = 0
+
+    def attempt() -> tuple[bool, PartitionDiff]:
+        nonlocal bounds, tries
+        tries += 1
         result = _diff_once(clusters, topic, partition, options, bounds=bounds, pool=pool)
         if result.status is not DiffStatus.ERROR or not result.unreachable:
-            break
-        if attempt < DIFF_ATTEMPTS:
-            log.info("diff of %s[%d]: %s; reading again", topic, partition, result.reason)
-            backoff.wait()
-            bounds = None
-    return result
+            return True, result
+        if tries == DIFF_ATTEMPTS:
+            return True, result  # the last try's error is the answer
+        log.info("diff of %s[%d]: %s; reading again", topic, partition, result.reason)
+        bounds = None
+        return False, result
+
+    return retry_until(attempt, Backoff(0.5, 4.0))
 
 
 def _diff_once(

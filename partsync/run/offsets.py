@@ -23,7 +23,7 @@ from partsync.errors import BrokerError, ClusterError, ExitStatus, TopicError, U
 from partsync.io.broker_errors import COORDINATOR_RETRY_CODES
 from partsync.io.cluster import Cluster
 from partsync.io.group_offsets import GroupCoordinator, offset_at_time
-from partsync.retry import Backoff
+from partsync.retry import Backoff, retry_on
 
 __all__ = [
     "GroupOffsets",
@@ -176,14 +176,12 @@ def _patiently(one: Callable[[str], GroupOffsets], group: str) -> GroupOffsets:
     it is loading, not available or not the group's, for up to ``COORDINATOR_WAIT_S``: a
     cluster's first group creates __consumer_offsets, whose coordinators then load it (a fresh
     DR cluster, mirrored without a group, answered NOT_COORDINATOR and the command failed)."""
-    backoff = Backoff(0.2, 2.0, deadline=COORDINATOR_WAIT_S)
-    while True:
-        try:
-            return one(group)
-        except BrokerError as e:
-            if e.error_code not in COORDINATOR_RETRY_CODES or not backoff.wait():
-                raise
-            log.debug("group %s: %s; asking again", group, e)
+    return retry_on(
+        lambda: one(group),
+        Backoff(0.2, 2.0, deadline=COORDINATOR_WAIT_S),
+        lambda e: isinstance(e, BrokerError) and e.error_code in COORDINATOR_RETRY_CODES,
+        again=lambda e: log.debug("group %s: %s; asking again", group, e),
+    )
 
 
 def _each_group(groups: Sequence[str], one: Callable[[str], GroupOffsets]) -> OffsetsReport:

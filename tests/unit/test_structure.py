@@ -270,3 +270,113 @@ def test_the_broker_double_check_can_fail(tmp_path: Path) -> None:
         "tests/unit/test_a.py::_FakeConnection",
         "tests/unit/test_b.py::Broker",
     ]
+
+
+# -- every retry through partsync.retry ---------------------------------------------------------
+
+# A loop that waits on a Backoff of its own repeats what retry_until and retry_on do (and can
+# drift from them: a deadline, a cancel event, what is raised at the end). Today's loops that
+# do not fit them, as "module path::function", each with a comment saying why; the list only
+# shrinks.
+OWN_BACKOFF_LOOPS = {
+    "partsync/io/group.py::GroupMember._run",  # a supervisor, not a retry
+}
+
+
+def _is_backoff_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Backoff"
+    )
+
+
+def _own_backoff_loops(source: str, rel: str) -> list[str]:
+    """Each function of a module with a ``while`` or ``for`` loop that calls ``<x>.wait()``
+    where ``<x>`` was assigned a ``Backoff(...)`` or is a parameter annotated ``Backoff``."""
+    tree = ast.parse(source)
+    backoffs = {
+        ast.unparse(target)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and node.value is not None
+        and any(_is_backoff_call(n) for n in ast.walk(node.value))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    }
+    backoffs |= {
+        node.arg
+        for node in ast.walk(tree)
+        if isinstance(node, ast.arg) and node.annotation is not None
+        if "Backoff" in ast.unparse(node.annotation)
+    }
+
+    def waits(loop: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "wait"
+            and ast.unparse(n.func.value) in backoffs
+            for n in ast.walk(loop)
+        )
+
+    found: set[str] = set()
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, f"{where}.{child.name}" if where else child.name)
+            elif isinstance(child, ast.While | ast.For | ast.AsyncFor) and waits(child):
+                found.add(f"{rel}::{where or '<module>'}")
+            else:
+                visit(child, where)
+
+    visit(tree, "")
+    return sorted(found)
+
+
+def test_retries_go_through_the_retry_helpers() -> None:
+    """No module but partsync/retry.py waits on a Backoff in a loop of its own (issue 38)."""
+    found = {
+        loop
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if path != PACKAGE_DIR / "retry.py"
+        for loop in _own_backoff_loops(path.read_text(), path.relative_to(REPO).as_posix())
+    }
+    assert sorted(found - OWN_BACKOFF_LOOPS) == [], "use retry_until or retry_on"
+    assert sorted(OWN_BACKOFF_LOOPS - found) == [], "gone: take it off OWN_BACKOFF_LOOPS"
+
+
+def test_the_own_backoff_loop_check_can_fail() -> None:
+    source = textwrap.dedent(
+        """
+        def patiently(call):
+            backoff = Backoff(0.1, 1.0, deadline=5)
+            while True:
+                try:
+                    return call()
+                except OSError:
+                    if not backoff.wait():
+                        raise
+
+        class Reader:
+            def lazily(self):
+                backoff: Backoff | None = None
+                for _ in range(3):
+                    backoff = backoff or Backoff(0.1, 1.0)
+                    backoff.wait()
+
+            def given(self, backoff: Backoff):
+                while not backoff.wait():
+                    pass
+
+        def fine(event, call):
+            backoff = Backoff(0.1, 1.0)
+            backoff.wait()  # once, not in a loop
+            while not event.wait(1.0):  # an event, not a Backoff
+                call()
+            return retry_until(call, backoff)
+        """
+    )
+    assert _own_backoff_loops(source, "m.py") == [
+        "m.py::Reader.given",
+        "m.py::Reader.lazily",
+        "m.py::patiently",
+    ]
