@@ -94,8 +94,7 @@ class _Part:
 class Engine:
     """Runs partitions' rounds on at most ``workers`` threads; follow mode parks caught-up
     partitions on the sources' ``tails``. ``on_round`` gets every round's result as it ends,
-    ``on_finished`` each partition's key when its rounds are over. ``recheck_s``: a parked
-    follower also runs a round this often without a doorbell (None: never). ``copy``: the
+    ``on_finished`` each partition's key when its rounds are over. ``copy``: the
     round (``run.task.copy_round``; the engine's own tests give a scripted one)."""
 
     def __init__(
@@ -110,7 +109,6 @@ class Engine:
         on_plan: Callable[[PartitionPlan], None] | None = None,
         on_finished: Callable[[TopicPartition], None] | None = None,
         handed_over: Callable[[], bool] | None = None,
-        recheck_s: float | None = None,
         copy: RoundFn = copy_round,
     ) -> None:
         self.pool = pool
@@ -121,7 +119,6 @@ class Engine:
         self.on_plan = on_plan
         self.on_finished = on_finished
         self.handed_over = handed_over
-        self.recheck_s = recheck_s
         self.copy = copy
         self._sched: Scheduler[_Part] = Scheduler(workers, self._run)
         self._lock = self._sched.lock
@@ -171,6 +168,12 @@ class Engine:
             self._finish(part)
         return waits
 
+    def merged(self, tp: TopicPartition) -> PartitionResult | None:
+        """The partition's rounds so far, merged into one result (None before its first)."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.merged
+
     def ends(self, keys: Iterable[TopicPartition]) -> list[threading.Event]:
         """What to wait on for these partitions' rounds to be over."""
         with self._lock:
@@ -193,8 +196,10 @@ class Engine:
             self._round(part)
         except Exception as e:  # pragma: no cover - a bug; report it on the partition
             log.exception("rounds of %s-%d crashed", *part.key)
+            crash = _crashed(part, e)
+            part.merged = merge_results(part.merged, crash) if part.merged is not None else crash
             if self.on_round is not None:
-                self.on_round(_crashed(part, e))
+                self.on_round(crash)
             self._done(part)
 
     def _park(self, part: _Part, delay: float | None, watch_from: int | None) -> None:
@@ -265,7 +270,7 @@ class Engine:
             part.refresh = True
             self._park(part, part.backoff.next_delay(), None)
         else:
-            self._park(part, self.recheck_s, d.wait_from)
+            self._park(part, None, d.wait_from)
 
     def _finish(self, part: _Part) -> None:
         for tail in self.tails.values():
@@ -302,26 +307,22 @@ def run_tasks(
     own = pool is None
     pool = pool or ClusterPool()
     stop = stop or threading.Event()
-    merged: dict[TopicPartition, PartitionResult] = {}
-    lock = threading.Lock()
-
-    def record(result: PartitionResult) -> None:
-        key = (result.topic, result.partition)
-        with lock:
-            prev = merged.get(key)
-            merged[key] = merge_results(prev, result) if prev else result
-
-    engine = Engine(pool, workers=workers, follow=False, progress=progress, on_round=record)
+    engine = Engine(pool, workers=workers, follow=False, progress=progress)
     try:
         for task in tasks:
             engine.start(task, stop)
         for ev in engine.ends([t.key for t in tasks]):
             ev.wait()
+        merged = [engine.merged(t.key) for t in tasks]
     finally:
         engine.close()
         if own:
             pool.close()
-    return [_from_driver_start(t, merged[t.key]) for t in tasks]
+    out = []
+    for task, result in zip(tasks, merged, strict=True):
+        assert result is not None, f"{task.key}: every started partition has a round"
+        out.append(_from_driver_start(task, result))
+    return out
 
 
 def run_partition_task(
