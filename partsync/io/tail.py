@@ -123,8 +123,9 @@ class Tail:
                 early = self.wait_ms / 2000 - (time.monotonic() - started)
                 if not rang and early > 0:
                     # A broker that does not hold a Fetch for max_wait_ms (noida-db answers at
-                    # once) would make this loop spin: an answer with nothing new within half
-                    # the wait waits out the rest, unless another partition comes to wait.
+                    # once) would make this loop spin: after an answer with nothing new, the
+                    # next poll waits until half the wait has passed since this one was sent,
+                    # unless another partition comes to wait.
                     with self._cv:
                         self._cv.wait(early)
             except PartsyncError as e:
