@@ -1,14 +1,14 @@
-"""``partsync diff`` and ``partsync demo``: parse, call the core, render."""
+"""``partsync diff`` and ``partsync demo``: parse, call the core, render. diff's options are
+checked in ``diff_args``."""
 
 from __future__ import annotations
 
 import signal
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from partsync.config import check_files
 from partsync.errors import UsageError
-from partsync.plan.selection import parse_partitions
 from partsync.ui.cli_common import (
     CLUSTER_HELP,
     Ctx,
@@ -17,7 +17,11 @@ from partsync.ui.cli_common import (
     emit_json,
     stderr,
 )
+from partsync.ui.diff_args import DiffArgs
 from partsync.wire.holes import HOLE_KEY
+
+if TYPE_CHECKING:
+    from partsync.plan.diff_model import DiffRequest
 
 __all__ = ["demo", "diff"]
 
@@ -160,22 +164,7 @@ Exit codes:
 )
 @config_option
 @click.pass_obj
-def diff(
-    ctx: Ctx,
-    topics: tuple[str, ...],
-    clusters: str,
-    partitions: str | None,
-    level: str,
-    chunk_offsets: int,
-    compaction_holes: str,
-    hole_key: str,
-    parallelism: int,
-    as_json: bool,
-    html_path: str | None,
-    engine: str,
-    spark_master: str | None,
-    slice_offsets: int | None,
-) -> None:
+def diff(ctx: Ctx, /, **options: Any) -> None:
     """Check that clusters hold identical copies of a topic's partitions. Read-only.
 
     Per partition: each cluster's log start and high watermark, each cluster's lag behind the
@@ -183,42 +172,27 @@ def diff(
     everywhere; if not, the first divergent offset and the clusters that disagree there (the
     majority agrees; a tie goes to the group of the first cluster listed).
     """
+    args = DiffArgs.from_click(options)
+    _run(args, args.request(ctx.config))
+
+
+def _run(args: DiffArgs, req: DiffRequest) -> None:
+    """Compare (on this process's threads or on Spark), then write the reports."""
     from pathlib import Path
 
     from partsync.io.pool import ClusterPool
-    from partsync.plan.diff_model import DiffOptions, DiffRequest, Level
     from partsync.run.diff import diff_topics
     from partsync.ui.diff_render import diff_html, diff_notes, diff_summary, diff_table
     from partsync.ui.render import print_table
 
-    for t in topics:
-        if not t.strip():
-            raise UsageError("empty topic name")
-    refs = ctx.config.resolve_list(clusters)
-    for ref in refs:
-        check_files(ref)
-    if len(refs) < 2:
-        raise UsageError("diff needs at least two clusters")
-    if not hole_key:
-        raise UsageError("--hole-key: the key of hole records cannot be empty")
-    req = DiffRequest(
-        topics=tuple(dict.fromkeys(topics)),
-        clusters=tuple(refs),
-        partitions=parse_partitions(partitions),
-        options=DiffOptions(
-            level=Level(level),
-            chunk_offsets=chunk_offsets,
-            compaction_holes=compaction_holes == "fill",
-            hole_key=hole_key.encode(),
-        ),
-    )
     runner = None
-    if engine == "spark":
+    if args.engine == "spark":
         from partsync.engines import spark_engine
 
-        runner = spark_engine(spark_master).diff_runner(slice_offsets)
+        runner = spark_engine(args.spark_master).diff_runner(args.slice_offsets)
     with ClusterPool() as pool:
-        report = diff_topics(req, pool, parallelism=parallelism, runner=runner)
+        report = diff_topics(req, pool, parallelism=args.parallelism, runner=runner)
+    html_path = args.html_path
     if html_path:
         try:
             Path(html_path).write_text(diff_html(report), encoding="utf-8")
@@ -226,7 +200,7 @@ def diff(
             raise UsageError(
                 f"cannot write the HTML report {html_path}: {e.strerror or e}"
             ) from None
-    if as_json:
+    if args.as_json:
         emit_json(report.to_dict())
     else:
         print_table(diff_table(report))
