@@ -42,26 +42,19 @@ from partsync.errors import ClusterError, HandedOnError, PartsyncError, UnsafeEr
 from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer
 from partsync.io.reader import RangeRead
-from partsync.plan.comparator import Bounds, Condition, PartitionPlan
+from partsync.plan.comparator import Bounds, PartitionPlan
 from partsync.plan.results import PartitionResult
+from partsync.plan.together import SMALL_OFFSETS
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.wire.batch import Batch
+from partsync.wire.digest import batch_digest
 
-__all__ = [
-    "SMALL_FETCH_BYTES",
-    "SMALL_OFFSETS",
-    "SmallCopy",
-    "copy_small",
-    "fits_small",
-    "fits_together",
-]
+__all__ = ["SMALL_FETCH_BYTES", "WAVE", "SmallCopy", "copy_small"]
 
 log = logging.getLogger(__name__)
 
-# What a small copy's one fetch asks for, and the most offsets a copy may miss to be small
-# (bigger ones are taken together only over one connection per broker: ``fits_together``).
+# What a small copy's one fetch asks for (one missing at most ``plan.together.SMALL_OFFSETS``).
 SMALL_FETCH_BYTES = 64 << 10
-SMALL_OFFSETS = 256
 # Partitions fetched and appended together (their fetches' bytes are held at once).
 WAVE = 256
 
@@ -117,32 +110,6 @@ class SmallCopy:
         return (self.plan.topic, self.plan.partition)
 
 
-def _simple(plan: PartitionPlan) -> bool:
-    """From one source, into an empty local partition, starting at its end (no local batch to
-    compare with, no fillers, no sources to compare with each other)."""
-    return (
-        plan.condition is Condition.BEHIND
-        and not plan.bootstrap
-        and len(plan.serving) == 1
-        and plan.local.end == plan.local.log_start
-        and plan.chunks[0].start == plan.local.end
-        and plan.missing > 0
-    )
-
-
-def fits_small(plan: PartitionPlan) -> bool:
-    """A copy one fetch can finish: behind by a few offsets, and ``_simple``."""
-    return _simple(plan) and plan.missing <= SMALL_OFFSETS
-
-
-def fits_together(plan: PartitionPlan, opts: CopyOptions) -> bool:
-    """A copy this path can make: ``fits_small``, or any size where the copy reads its source
-    over one connection (``connections_per_broker`` 1: the usual copy's K connections and
-    pieces are what a long fat link needs), one fetch after another, many partitions per
-    Fetch, as the many small ones are."""
-    return _simple(plan) and (plan.missing <= SMALL_OFFSETS or opts.connections_per_broker == 1)
-
-
 @dataclass(eq=False)
 class _Job:
     copy: SmallCopy
@@ -151,6 +118,9 @@ class _Job:
     read: RangeRead
     size: int
     fetch: FetchAnswer | None = None
+    # The local log's last batch, read to compare with the source's copy of it (a copy that
+    # continues a local log; ``plan.together``).
+    local_fetch: FetchAnswer | None = None
     expected: int = 0  # where the next batch must start (the local end after those sent)
     # What ended its reading after its first fetch: the copy fails with it only once every
     # append sent was answered (failing closes the byte budget, which still holds them).
@@ -258,24 +228,36 @@ def _fetch_and_append(
             continue
         source = plan.serving[0]
         ctx = CopyContext(plan, sources, local, opts, c.rules, progress, c.stop)
-        size = min(SMALL_FETCH_BYTES, opts.fetch_bytes) if fits_small(plan) else first_size
+        small = plan.missing <= SMALL_OFFSETS
+        size = min(SMALL_FETCH_BYTES, opts.fetch_bytes) if small else first_size
+        # A local log to continue: its last batch is read from both sides (the source's fetch
+        # begins at the batch holding the offset below the local end, one batch early) and
+        # compared before anything is appended, as the usual round's boundary check does.
+        start = plan.copy_start - 1 if _continues(plan) else plan.copy_start
+        tip = SMALL_FETCH_BYTES if _continues(plan) else 0
         read = RangeRead(
-            source, plan.topic, plan.partition, plan.copy_start, plan.target_end, opts.fetch_bytes
+            source, plan.topic, plan.partition, start, plan.target_end, opts.fetch_bytes
         )
         job = _Job(c, ctx, source, read, size, started=time.monotonic())
         jobs.append(job)
         try:
             # Never waits: this thread holds the wave's earlier reservations until it appends,
             # so a small --memory-budget leaves the rest of the wave to the usual rounds.
-            if not ctx.budget.acquire(size, 0, wait=False):
+            if not ctx.budget.acquire(size + tip, 0, wait=False):
                 _hand_back(job, out, "no room in the memory budget")
                 continue
             lane = sources[source].fetch_lane(
                 plan.topic, plan.partition, 0, in_flight=opts.fetches_in_flight
             )
             job.fetch = lane.submit(
-                plan.topic, plan.partition, plan.copy_start, size, max_wait_ms=opts.fetch_wait_ms
+                plan.topic, plan.partition, start, size, max_wait_ms=opts.fetch_wait_ms
             )
+            if tip:
+                # Not max_wait_ms 0: a broker may answer that at once without the partition
+                # (Tansu); the batch is there, so Kafka answers at once anyway.
+                job.local_fetch = local.fetch_lane(
+                    plan.topic, plan.partition, 0, in_flight=opts.fetches_in_flight
+                ).submit(plan.topic, plan.partition, start, tip, max_wait_ms=opts.fetch_wait_ms)
         except PartsyncError as e:
             _hand_back(job, out, f"fetch not sent: {e}")
     # Every answer (and the rate limits' waits) and every fence first: then the local ends are
@@ -370,8 +352,20 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
     except Stop:
         _hand_back(job, out, "stopped while fetching")
         return None
+    batches = fetched.batches
+    tip = 0
+    if job.local_fetch is not None:
+        tip = SMALL_FETCH_BYTES
+        try:
+            why = _differs_from_local(job, batches)
+        except Stop:
+            why = "stopped while fetching"
+        if why is not None:
+            _hand_back(job, out, why)
+            return None
+        batches = batches[1:]
     expected = plan.copy_start
-    for b in fetched.batches:
+    for b in batches:
         if (why := _usual_rounds_must(ctx, b, expected, job.source)) is not None:
             _hand_back(job, out, why)
             return None
@@ -380,10 +374,39 @@ def _fetched(job: _Job, out: dict[TopicPartition, PartitionResult | None]) -> li
         _hand_back(job, out, f"the batches end at {expected}, not {plan.target_end}")
         return None
     job.expected = expected  # no whole batch yet (one bigger than the fetch): read on
-    kept = sum(b.size for b in fetched.batches)
-    ctx.budget.release(fetched.requested - kept)
+    kept = sum(b.size for b in batches)
+    ctx.budget.release(fetched.requested + tip - kept)
     throttle(ctx, job.source, fetched.received)  # the run's and the source's byte rates
-    return fetched.batches
+    return batches
+
+
+def _continues(plan: PartitionPlan) -> bool:
+    """The copy continues a local log (``plan.together``: its last batch is compared)."""
+    return plan.local.end > plan.local.log_start
+
+
+def _differs_from_local(job: _Job, batches: list[Batch]) -> str | None:
+    """Why the local log's last batch is not the source's batch at the same offset, byte for
+    byte (``batch_digest``: what a shallow copy keeps), or cannot be compared here; None where
+    it is. The usual round reads both again and refuses a divergence with its reasons."""
+    ctx, plan = job.ctx, job.ctx.plan
+    assert job.local_fetch is not None
+    end = plan.local.end
+    while not job.local_fetch.wait(0.1):
+        ctx.check_running()
+    reply = job.local_fetch.outcome()
+    assert reply is not None
+    local_read = RangeRead(ctx.local.name, plan.topic, plan.partition, end - 1, end, 1)
+    try:
+        ours = local_read.take(reply.partition, SMALL_FETCH_BYTES).batches
+    except PartsyncError as e:
+        return f"the local log's last batch was not read: {e}"
+    if len(ours) != 1 or ours[0].next_offset != end or not batches:
+        return f"the local log's last batch below {end} was not read whole"
+    theirs = batches[0]
+    if theirs.base_offset != ours[0].base_offset or batch_digest(theirs) != batch_digest(ours[0]):
+        return f"the local log's last batch below {end} is not the source's (compared again)"
+    return None
 
 
 def _usual_rounds_must(ctx: CopyContext, b: Batch, expected: int, source: str) -> str | None:

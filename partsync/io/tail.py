@@ -44,6 +44,11 @@ WakeFn = Callable[[], None]
 _DOORBELL_BYTES = 1024
 
 
+def _each(wakes: list[WakeFn]) -> None:
+    for wake in wakes:
+        wake()
+
+
 class Tail:
     def __init__(
         self,
@@ -57,6 +62,9 @@ class Tail:
         self.on_high_watermark = on_high_watermark
         self.on_batch = on_batch
         self._waiting: dict[TopicPartition, tuple[int, WakeFn]] = {}
+        # Rings the wake-ups of one answer, all at once (the engine's: so a worker takes the
+        # partitions one answer woke in one round); by default one after another.
+        self.ring_many: Callable[[list[WakeFn]], None] = _each
         self._cv = threading.Condition()
         self._closed = False
         self._conns: dict[int, Connection] = {}
@@ -86,19 +94,22 @@ class Tail:
             c.close()  # ends a long poll in progress
         self._thread.join(timeout=self.wait_ms / 1000 + 5)
 
-    def _ring(self, tp: TopicPartition, offset: int) -> None:
+    def _ring(self, due: list[tuple[TopicPartition, int]]) -> None:
+        """Wake each partition still waiting at that offset."""
+        wakes = []
         with self._cv:
-            cur = self._waiting.get(tp)
-            if cur is None or cur[0] != offset:
-                return
-            del self._waiting[tp]
-        cur[1]()  # outside the lock: the callback may take its own, and watch again
+            for tp, offset in due:
+                cur = self._waiting.get(tp)
+                if cur is not None and cur[0] == offset:
+                    del self._waiting[tp]
+                    wakes.append(cur[1])
+        if wakes:
+            self.ring_many(wakes)  # outside the lock: a callback may watch again
 
     def _ring_all(self) -> None:
         with self._cv:
             waiting, self._waiting = self._waiting, {}
-        for _off, wake in waiting.values():
-            wake()
+        self.ring_many([wake for _off, wake in waiting.values()])
 
     def _conn(self, leader: int) -> Connection:
         c = self._conns.get(leader)
@@ -165,16 +176,25 @@ class Tail:
         fetch session (``plan.fetch_session``: after the first, a request names only the
         partitions that changed, and an answer only those with something new). Returns how
         many partitions it woke."""
-        rang = 0
+        due: list[tuple[TopicPartition, int]] = []
         by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
         for tp, (offset, _wake) in snapshot.items():
             try:
                 leader = self.cluster.leader(*tp)
             except PartsyncError:
-                self._ring(tp, offset)  # the round will find out what is wrong
-                rang += 1
+                due.append((tp, offset))  # the round will find out what is wrong
                 continue
             by_leader[leader][tp] = offset
+        try:
+            self._poll_leaders(by_leader, due)
+        finally:
+            self._ring(due)
+        return len(due)
+
+    def _poll_leaders(
+        self, by_leader: dict[int, dict[TopicPartition, int]], due: list[tuple[TopicPartition, int]]
+    ) -> None:
+        """The Fetch of each leader's waiting partitions; those to wake into ``due``."""
         sent = []
         for leader, wanted in by_leader.items():
             conn = self._conn(leader)
@@ -213,16 +233,13 @@ class Tail:
                     continue
                 if fp.error_code:
                     stale = stale or fp.error_code in LEADER_MOVED_CODES
-                    self._ring((topic, p), want)
-                    rang += 1
+                    due.append(((topic, p), want))
                     continue
                 if self.on_high_watermark is not None:
                     self.on_high_watermark(self.cluster.name, topic, p, fp.high_watermark)
                 if self.on_batch is not None and fp.records:
                     self._report_batch(topic, p, want, fp.records)
                 if fp.records or fp.high_watermark > want:
-                    self._ring((topic, p), want)
-                    rang += 1
+                    due.append(((topic, p), want))
         if stale:
             self.cluster.metadata(refresh=True)
-        return rang

@@ -5,7 +5,11 @@ round is ``plan.rounds.after_round``'s. A partition is in one of four states:
 
 - ``ready``: queued for a round;
 - ``running``: a worker thread runs its round (``run.task.copy_round``: re-plan, fence,
-  verified copy), then carries out the decision;
+  verified copy), then carries out the decision. A burst of ready partitions of one job (a
+  one-shot run's start, a follower's partitions woken by one answer of a long poll) is taken
+  together, one round for all of them (``run.together``: many partitions per request, each
+  still planned, fenced, compared with the local log and verified); a partition that round
+  hands back gets its usual round at once;
 - ``parked``: waiting, with no thread: for a source to have data (follow mode: every source's
   ``Tail`` long-polls the partition's leader and calls back, also for an error worth
   re-planning for), or for its backoff after a failure (one timer thread for all). An idle
@@ -39,7 +43,8 @@ from partsync.io.pool import ClusterPool
 from partsync.io.tail import WakeFn
 from partsync.plan.comparator import PartitionPlan
 from partsync.plan.results import PartitionResult, Status
-from partsync.plan.rounds import RoundsState, Step, after_round
+from partsync.plan.rounds import Decision, RoundsState, Step, after_round
+from partsync.plan.together import TOGETHER_MAX, TOGETHER_MIN
 from partsync.retry import Backoff
 from partsync.run.scheduler import Scheduler
 from partsync.run.task import (
@@ -51,6 +56,7 @@ from partsync.run.task import (
     merge_results,
     refresh_metadata,
 )
+from partsync.run.together import TogetherItem, TogetherOutcome, copy_together
 
 __all__ = ["Doorbell", "Engine", "RoundFn", "run_partition_task", "run_tasks"]
 
@@ -59,6 +65,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 # ``run.task.copy_round``'s shape: one round of a partition, and the session to go on with.
 RoundFn = Callable[..., tuple[PartitionResult, ProducerSession | None]]
+# ``run.together.copy_together``'s shape: one round of many partitions.
+TogetherFn = Callable[..., dict[TopicPartition, TogetherOutcome]]
 
 
 class Doorbell(Protocol):
@@ -73,7 +81,6 @@ class Doorbell(Protocol):
 class _Part:
     task: PartitionTask
     stop: threading.Event
-    after: PartitionResult | None  # a first round that failed elsewhere (``run.small``)
     last_end: int
     backoff: Backoff = field(default_factory=lambda: Backoff(RETRY_FIRST_S, RETRY_CAP_S))
     session: ProducerSession | None = None
@@ -84,11 +91,46 @@ class _Part:
     # is stale and ignored.
     parking: int = 0
     refresh: bool = False  # read the clusters' metadata again before the next round
+    usual: bool = False  # a round together handed it back: its next round is the usual one
+    # In a round together: set once nothing of the partition is in flight (a revoke waits for
+    # this, not for the round's other partitions).
+    settled: threading.Event | None = None
+    # The session was opened by a round together, without the transaction slots a replay of
+    # transactions describes at its fence (``copy.producer.open_producer_for``).
+    plain: bool = False
     finished: threading.Event = field(default_factory=threading.Event)
 
     @property
     def key(self) -> TopicPartition:
         return self.task.key
+
+    def took(
+        self,
+        result: PartitionResult,
+        session: ProducerSession | None,
+        *,
+        follow: bool,
+        handed_over: Callable[[], bool] | None,
+    ) -> tuple[PartitionResult, Decision]:
+        """Record a round that ended with ``result`` (the session to go on with, where it left
+        the local log, the rounds merged) and decide the step after it (``plan.rounds``).
+        Returns the result as reported (a stop's error is an interruption) and the decision."""
+        self.session = session
+        self.last_end = result.local_end_after
+        stopped = self.stop.is_set()
+        if stopped and result.status in (Status.ERROR, Status.STOPPED):
+            result = interrupted(result, handed_over)
+        self.merged = merge_results(self.merged, result) if self.merged is not None else result
+        d = after_round(
+            result, self.rounds, follow=follow, retries=self.task.retries, stopped=stopped
+        )
+        self.rounds = d.state
+        if d.reset_backoff:
+            self.backoff.reset()
+        if d.step in (Step.AGAIN, Step.RETRY) or self.session is None:
+            # The broker's sequence state is unknown after a failure; a new round fences anew.
+            self.session, self.plain = None, False
+        return result, d
 
 
 class Engine:
@@ -110,6 +152,7 @@ class Engine:
         on_finished: Callable[[TopicPartition], None] | None = None,
         handed_over: Callable[[], bool] | None = None,
         copy: RoundFn = copy_round,
+        together: TogetherFn | None = copy_together,
     ) -> None:
         self.pool = pool
         self.follow = follow
@@ -120,30 +163,33 @@ class Engine:
         self.on_finished = on_finished
         self.handed_over = handed_over
         self.copy = copy
-        self._sched: Scheduler[_Part] = Scheduler(workers, self._run)
+        self._together = _Together(self, together) if together is not None else None
+        gather = self._together.take if self._together is not None else None
+        self._sched: Scheduler[_Part] = Scheduler(workers, self._run, gather=gather)
         self._lock = self._sched.lock
         self._parts: dict[TopicPartition, _Part] = {}
 
     # -- what the runner asks -----------------------------------------------------------
 
-    def start(
-        self, task: PartitionTask, stop: threading.Event, after: PartitionResult | None = None
-    ) -> bool:
+    def start(self, task: PartitionTask, stop: threading.Event) -> bool:
         """Queue the partition's first round; False if its rounds are still going (it is not
         started twice) or the engine is closed."""
-        with self._lock:
-            cur = self._parts.get(task.key)
-            if self._sched.closed or (cur is not None and not cur.finished.is_set()):
-                return False
-            part = _Part(task, stop, after, last_end=task.plan.local.end)
-            self._parts[task.key] = part
-            self._sched.ready(part)
-            return True
+        return self.start_all([(task, stop)]) == 1
 
-    def started(self, tp: TopicPartition) -> bool:
-        """The partition was given to the engine (its rounds may be over)."""
+    def start_all(self, tasks: Iterable[tuple[PartitionTask, threading.Event]]) -> int:
+        """``start`` each (task, stop), all queued at once (so a round together can take them
+        all); how many were started."""
+        started = 0
         with self._lock:
-            return tp in self._parts
+            for task, stop in tasks:
+                cur = self._parts.get(task.key)
+                if self._sched.closed or (cur is not None and not cur.finished.is_set()):
+                    continue
+                part = _Part(task, stop, last_end=task.plan.local.end)
+                self._parts[task.key] = part
+                self._sched.ready(part)
+                started += 1
+        return started
 
     def keys(self) -> list[TopicPartition]:
         with self._lock:
@@ -160,7 +206,8 @@ class Engine:
                 if part is None:
                     continue
                 part.stop.set()
-                waits.append(part.finished)
+                # In a round together, its own part of the round ends the writes.
+                waits.append(part.settled or part.finished)
                 if part.state == "parked":  # parked only after a round: it has a result
                     part.state = "done"
                     over.append(part)
@@ -189,18 +236,26 @@ class Engine:
     def threads(self) -> int:
         return self._sched.threads
 
+    def ring(self, wakes: list[WakeFn]) -> None:
+        """Ring parked partitions' doorbells all at once (a tail's ``ring_many``): a worker
+        then takes the partitions one answer woke in one round."""
+        with self._sched.hold():
+            for wake in wakes:
+                wake()
+
     # -- one partition's rounds -----------------------------------------------------------
 
-    def _run(self, part: _Part) -> None:
+    def _run(self, parts: list[_Part]) -> None:
+        part = parts[0]
         try:
-            self._round(part)
-        except Exception as e:  # pragma: no cover - a bug; report it on the partition
+            if len(parts) > 1:
+                assert self._together is not None
+                self._together.round(parts)
+            else:
+                self._round(part)
+        except Exception as e:  # pragma: no cover - a bug; report it on the partitions
             log.exception("rounds of %s-%d crashed", *part.key)
-            crash = _crashed(part, e)
-            part.merged = merge_results(part.merged, crash) if part.merged is not None else crash
-            if self.on_round is not None:
-                self.on_round(crash)
-            self._done(part)
+            _crash(self, parts, e)
 
     def _park(self, part: _Part, delay: float | None, watch_from: int | None) -> None:
         """Park ``part`` until ``delay`` passes or (``watch_from`` set) a source has data."""
@@ -223,7 +278,8 @@ class Engine:
         self._finish(part)
 
     def _round(self, part: _Part) -> None:
-        """One round of ``part`` and the step after it."""
+        """One usual round of ``part`` and the step after it."""
+        part.usual = False
         for tail in self.tails.values():
             tail.unwatch(part.key)
         if part.merged is not None and part.stop.is_set():
@@ -232,42 +288,30 @@ class Engine:
         if part.refresh:
             part.refresh = False
             refresh_metadata(part.task, self.pool)  # a moved leader is asked, not the old one
-        reported = part.after is not None
-        if part.after is not None:
-            result, part.after = part.after, None
-        else:
-            result, part.session = self.copy(
-                part.task,
-                self.pool,
-                part.session,
-                progress=self.progress,
-                stop=part.stop,
-                on_plan=self.on_plan,
-                first=part.merged is None,
-                last_end=part.last_end,
-            )
-        part.last_end = result.local_end_after
-        stopped = part.stop.is_set()
-        if stopped and result.status in (Status.ERROR, Status.STOPPED):
-            result = interrupted(result, self.handed_over)
-        if self.on_round is not None and not reported:
-            self.on_round(result)
-        part.merged = merge_results(part.merged, result) if part.merged is not None else result
-        d = after_round(
-            result, part.rounds, follow=self.follow, retries=part.task.retries, stopped=stopped
+        result, session = self.copy(
+            part.task,
+            self.pool,
+            part.session,
+            progress=self.progress,
+            stop=part.stop,
+            on_plan=self.on_plan,
+            first=part.merged is None,
+            last_end=part.last_end,
         )
-        part.rounds = d.state
-        if d.reset_backoff:
-            part.backoff.reset()
+        self._after(part, result, session)
+
+    def _after(self, part: _Part, result: PartitionResult, session: ProducerSession | None) -> None:
+        """Carry out the step after a round of ``part`` that ended with ``result``."""
+        result, d = part.took(result, session, follow=self.follow, handed_over=self.handed_over)
+        if self.on_round is not None:
+            self.on_round(result)
         if d.step is Step.DONE:
             self._done(part)
         elif d.step is Step.AGAIN:
-            part.session = None
             with self._lock:
                 self._sched.ready(part)
         elif d.step is Step.RETRY:
-            part.session = None  # the broker's sequence state is unknown after a failure
-            part.refresh = True
+            part.refresh = True  # a moved leader is asked, not the old one
             self._park(part, part.backoff.next_delay(), None)
         else:
             self._park(part, None, d.wait_from)
@@ -279,6 +323,99 @@ class Engine:
         part.finished.set()
         if self.on_finished is not None:
             self.on_finished(part.key)
+
+
+class _Together:
+    """The engine's rounds taken together (``run.together``): which ready partitions join a
+    partition's round, and that round."""
+
+    def __init__(self, engine: Engine, copy: TogetherFn) -> None:
+        self.engine = engine
+        self.copy = copy
+
+    def take(self, part: _Part) -> list[_Part]:
+        """``part`` and the ready partitions of its job to take a round together with, when
+        there are at least ``TOGETHER_MIN`` of them; else ``[part]`` (the scheduler's
+        ``gather``: the lock is held)."""
+        if not _may_go_together(part):
+            return [part]
+        t = part.task
+        job = (t.local, t.sources, t.options)
+
+        def fits(other: _Part) -> bool:
+            o = other.task
+            return (o.local, o.sources, o.options) == job and _may_go_together(other)
+
+        others = self.engine._sched.take(fits, TOGETHER_MAX - 1, least=TOGETHER_MIN - 1)
+        parts = [part, *others]
+        if len(parts) > 1:
+            for p in parts:
+                p.settled = threading.Event()
+        return parts
+
+    def round(self, parts: list[_Part]) -> None:
+        """One round for all of ``parts``; the ones it hands back get their usual round next."""
+        engine = self.engine
+        for part in parts:
+            for tail in engine.tails.values():
+                tail.unwatch(part.key)
+        items = []
+        for p in parts:
+            assert p.settled is not None
+            first = p.merged is None
+            items.append(TogetherItem(p.task, p.session, p.stop, p.settled, first, p.last_end))
+        outcome = self.copy(items, engine.pool, progress=engine.progress, on_plan=engine.on_plan)
+        back = sum(o.result is None for o in outcome.values())
+        log.debug("a round together of %d partitions handed back %d", len(parts), back)
+        for p in parts:
+            with engine._lock:
+                p.settled = None
+            got = outcome[p.key]
+            p.plain = p.plain or got.fenced_here
+            if got.result is not None:
+                engine._after(p, got.result, got.session)
+                continue
+            # Handed back untouched: the usual round now. A replay of transactions needs the
+            # usual fence's slots: it fences again.
+            p.session = got.session
+            if p.plain and p.task.options.replay_transactions:
+                p.session, p.plain = None, False
+            p.usual = True
+            with engine._lock:
+                engine._sched.ready(p)
+
+
+def _may_go_together(part: _Part) -> bool:
+    """Whether the partition's next round may be taken together: not right after a round
+    together handed it back or a failure (metadata is read again first), and with no session
+    or one the round can go on with (no replayed transaction open, not due for renewal)."""
+    s = part.session
+    return (
+        not part.usual
+        and not part.refresh
+        and not part.stop.is_set()
+        and (
+            s is None
+            or s.usable
+            and not s.open_txns
+            and not s.older_than(part.task.options.fencing_renew_s)
+        )
+    )
+
+
+def _crash(engine: Engine, parts: list[_Part], e: Exception) -> None:
+    """A bug ended the round of ``parts``: the ones still in it end with it as their error."""
+    for p in parts:
+        if p.settled is not None:
+            p.settled.set()
+            p.settled = None
+        if p.state != "running" or p.finished.is_set():
+            continue
+        crash = _crashed(p, e)
+        p.merged = merge_results(p.merged, crash) if p.merged is not None else crash
+        if engine.on_round is not None:
+            engine.on_round(crash)
+        engine._done(p)
 
 
 def _crashed(part: _Part, e: Exception) -> PartitionResult:
@@ -309,8 +446,7 @@ def run_tasks(
     stop = stop or threading.Event()
     engine = Engine(pool, workers=workers, follow=False, progress=progress)
     try:
-        for task in tasks:
-            engine.start(task, stop)
+        engine.start_all((task, stop) for task in tasks)
         for ev in engine.ends([t.key for t in tasks]):
             ev.wait()
         merged = [engine.merged(t.key) for t in tasks]

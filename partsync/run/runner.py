@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from partsync.config import ClusterRef
@@ -35,7 +35,6 @@ from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
 from partsync.run.engine import Engine
-from partsync.run.small import choose_small, first_round_small
 from partsync.run.task import PartitionTask, merge_results
 from partsync.run.topic_watch import TopicChanges, TopicWatch
 
@@ -94,21 +93,6 @@ class RunObserver(Protocol):
     def watch_group(self, member: GroupMember) -> None: ...
 
 
-@dataclass(eq=False)
-class _SmallRound:
-    """The first rounds of many small partitions, taken together (``run.small``)."""
-
-    parts: set[TopicPartition]
-    # Each partition's own stop: a revoke ends the round of the partitions it takes, not the
-    # others' (their retries would lose the wait after a failure).
-    stops: dict[TopicPartition, threading.Event]
-    # Each partition's end in the round: nothing in flight, nothing more to be sent (a revoke
-    # waits for the partitions it takes, not for the round's others, which may be long copies).
-    settled: dict[TopicPartition, threading.Event] = field(default_factory=dict)
-    revoked: set[TopicPartition] = field(default_factory=set)
-    done: bool = False  # ended, and started a worker for each partition it left
-
-
 class PartitionRunner:
     """Runs the tasks this process owns until stopped (follow) or until each had its rounds."""
 
@@ -133,16 +117,14 @@ class PartitionRunner:
         self.observer = observer
         self.tasks: dict[TopicPartition, PartitionTask] = {t.key: t for t in tasks}
         self.results: dict[TopicPartition, PartitionResult] = {}
-        # Partitions started and not finished, and the small first round under way (counted,
-        # not scanned: a run of 1000 partitions checks this each time one of them finishes).
+        # Partitions started and not finished (counted, not scanned: a run of 1000 partitions
+        # checks this each time one of them finishes).
         self._running = 0
         self.member: GroupMember | None = None
         # Set when a partition finishes, so a one-shot run ends as soon as the last one does.
         self.wake = threading.Event()
         self._lock = threading.Lock()
-        # The first rounds taken together (one per run), and whether workers may still start.
-        self._small: _SmallRound | None = None
-        self._closing = False
+        self._closing = False  # no partition starts any more
         # The partitions this process owns now (the group's assignments, less its revokes).
         self._owned: set[TopicPartition] = set()
         self.progressed = time.monotonic()  # the latest verified append (liveness)
@@ -166,6 +148,8 @@ class PartitionRunner:
             on_finished=self._finished,
             handed_over=lambda: not self.stop.is_set(),
         )
+        for tail in self.tails.values():
+            tail.ring_many = self.engine.ring
 
     # -- GroupListener ------------------------------------------------------------------
 
@@ -173,42 +157,26 @@ class PartitionRunner:
         with self._lock:
             self._owned.update(parts)
             owned = sorted(self._owned)
-        rest = parts if self.opts.follow else self._first_round_small(parts)
-        # The small first rounds look up their own coordinators, while reading the sources.
         if self.member is None:
-            self._prefetch_fencing(rest)
+            self._prefetch_fencing(parts)
         else:  # not in the group member's thread, which must heartbeat
             threading.Thread(
                 target=self._prefetch_fencing,
-                args=(rest,),
+                args=(parts,),
                 daemon=True,
                 name="prefetch-coordinators",
             ).start()
-        self._start_workers(rest)
+        self._start_workers(parts)
         if self.observer:
             self.observer.set_owned(owned)
 
-    def _start_workers(
-        self,
-        parts: list[TopicPartition],
-        *,
-        finishing: _SmallRound | None = None,
-        after: dict[TopicPartition, PartitionResult] | None = None,
-    ) -> None:
-        """Hand the engine each partition whose rounds are not going. The partitions of the
-        small first rounds still under way are handed on by that round when it ends
-        (``finishing``: this is that end), so no partition is ever written by both."""
+    def _start_workers(self, parts: list[TopicPartition]) -> None:
+        """Hand the engine each partition whose rounds are not going."""
         with self._lock:
-            if finishing is not None:
-                finishing.done = True
-                parts = [tp for tp in parts if tp not in finishing.revoked]
             if self._closing:
                 return
-            job = self._small
+            starting = []
             for tp in parts:
-                if job is not None and not job.done and tp in job.parts:
-                    job.revoked.discard(tp)  # owned again: the round's end starts it if needed
-                    continue
                 task = self.tasks.get(tp)
                 if task is None:
                     # A topic this process refused, or a partition it has not seen yet (the
@@ -216,89 +184,19 @@ class PartitionRunner:
                     self._watch_now.set()
                     continue
                 stop = threading.Event() if self.member is None else LeasedStop(self.member.lease)
-                if self.engine.start(task, stop, (after or {}).get(tp)):
-                    self._running += 1
-
-    def _first_round_small(self, parts: list[TopicPartition]) -> list[TopicPartition]:
-        """A one-shot run takes many small partitions' first rounds together (``run.small``):
-        here without a group, on a thread of its own with one (the member's thread must
-        heartbeat; a revoke stops it as it stops a worker). The partitions left for a worker
-        each now."""
-        with self._lock:
-            if self._closing or self._small is not None:
-                return parts
-            tasks = [
-                self.tasks[tp] for tp in parts if tp in self.tasks and not self.engine.started(tp)
-            ]
-            small = choose_small(tasks)
-            if not small:
-                return parts
-            keys = {t.key for t in small}
-            settled = {tp: threading.Event() for tp in keys}
-            if self.member is None:  # no revokes: the run's stop is every partition's
-                job = self._small = _SmallRound(keys, dict.fromkeys(keys, self.stop), settled)
-            else:
-                lease = self.member.lease
-                job = self._small = _SmallRound(
-                    keys, {tp: LeasedStop(lease) for tp in keys}, settled
-                )
-            self._running += 1
-            if self.member is not None:
-                thread = threading.Thread(
-                    target=self._run_small, args=(job, small), name="first-round-small", daemon=True
-                )
-                thread.start()
-        if self.member is None:
-            self._run_small(job, small)
-        return [tp for tp in parts if tp not in job.parts]
-
-    def _run_small(self, job: _SmallRound, small: list[PartitionTask]) -> None:
-        results: list[PartitionResult] = []
-        rest = small
-        try:
-            observe = self.observer.observe_plan if self.observer else None
-            results, rest = first_round_small(
-                small,
-                self.pool,
-                progress=self.progress,
-                stops=job.stops,
-                settled=job.settled,
-                handed_over=lambda: not self.stop.is_set(),
-                on_plan=observe,
-            )
-            for r in results:
-                self.record(r)
-        except Exception:  # a bug: the partitions go on the usual way, which re-plans them
-            log.exception("taking small partitions' first rounds together failed")
-        finally:
-            # A failed first round goes on from its result, after the usual wait; the ones cut
-            # short by a revoke go on only where still owned.
-            failed = {(r.topic, r.partition): r for r in results if r.status is Status.ERROR}
-            left = [t.key for t in rest] if not self.stop.is_set() else []
-            self._start_workers(left, finishing=job, after=failed)
-            with self._lock:
-                self._running -= 1
-            self.wake.set()
+                starting.append((task, stop))
+            # All queued at once: a burst of small copies is taken together.
+            self._running += self.engine.start_all(starting)
 
     def revoke(self, parts: list[TopicPartition], wait: bool) -> None:
         # Outside the lock: a parked partition's rounds end at once, which reports back here.
         ended = self.engine.stop(parts)
         with self._lock:
-            job = self._small
-            gone = job.parts.intersection(parts) if job is not None and not job.done else set()
-            if job is not None:
-                job.revoked.update(gone)
-                for tp in gone:
-                    job.stops[tp].set()
             self._owned.difference_update(parts)
             still = sorted(self._owned)
         if wait:
-            # The round's other partitions go on: each revoked one's last append is waited
-            # for, so no revoked partition is written after this.
-            if job is not None:
-                for tp in gone:
-                    if (settled := job.settled.get(tp)) is not None:
-                        settled.wait()
+            # Each revoked partition's last append is waited for (in a round together, not the
+            # round's other partitions), so no revoked partition is written after this.
             for ev in ended:
                 ev.wait()
         if self.observer:
@@ -460,7 +358,7 @@ class PartitionRunner:
             self._watch_now.set()
             with self._lock:
                 self._closing = True  # nothing starts after the revoke below
-                everything = self.engine.keys() + sorted(self._small.parts if self._small else ())
+                everything = self.engine.keys()
             self.revoke(everything, wait=True)
             self.engine.close()
             for t in self.tails.values():

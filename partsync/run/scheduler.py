@@ -12,11 +12,12 @@ timer is set. Callers share the scheduler's ``lock`` for their own state transit
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 __all__ = ["Job", "Scheduler"]
@@ -31,9 +32,20 @@ J = TypeVar("J", bound=Job)
 
 
 class Scheduler(Generic[J]):
-    def __init__(self, workers: int, run: Callable[[J], None], name: str = "rounds") -> None:
+    def __init__(
+        self,
+        workers: int,
+        run: Callable[[list[J]], None],
+        name: str = "rounds",
+        *,
+        gather: Callable[[J], list[J]] | None = None,
+    ) -> None:
         self.max_workers = max(1, workers)
+        # A worker runs the job it took together with the queued jobs ``gather`` picks for it
+        # (taken in the same hold of the lock, so two workers never split a burst between
+        # them; ``take``); by default alone.
         self.run = run
+        self.gather = gather or (lambda job: [job])
         self.name = name
         # One lock; workers wait on ``_cv`` for ready jobs, the timer thread on ``_timer_cv``
         # for its next due time (a notify meant for a worker must not wake it).
@@ -46,6 +58,9 @@ class Scheduler(Generic[J]):
         self._threads: list[threading.Thread] = []
         self._timer_thread: threading.Thread | None = None
         self._idle = 0
+        self._held = 0  # ``hold``s under way: queued jobs wait for the last to end
+        self._held_jobs = 0  # jobs queued during them
+        self._starting = 0  # workers started that have not looked at the queue yet
         self.closed = False
 
     @property
@@ -56,16 +71,58 @@ class Scheduler(Generic[J]):
         """Queue ``job`` for a worker (the lock held), starting one if none is idle."""
         job.state = "ready"
         self._ready.append(job)
-        # A waiting worker counts as idle until it wakes and takes a job: compare with the
-        # queue, or a burst of jobs would wake one worker and start no other.
-        if len(self._ready) > self._idle and len(self._threads) < self.max_workers:
+        if self._held:
+            self._held_jobs += 1
+        else:
+            self._kick(1)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Jobs queued inside go to the workers only when it ends, all at once (so a worker's
+        ``gather`` sees them all: a source's answer that woke many partitions)."""
+        with self.lock:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._held -= 1
+                if not self._held:
+                    self._kick(self._held_jobs)
+                    self._held_jobs = 0
+
+    def _kick(self, new: int) -> None:
+        """Start or wake workers for ``new`` jobs just queued (the lock held). A worker that
+        waits or is starting counts as idle until it takes a job: compare with the queue, or a
+        burst of jobs would wake one worker and start no other."""
+        if not new:
+            return
+        free = self._idle + self._starting
+        start = min(new, max(0, len(self._ready) - free), self.max_workers - len(self._threads))
+        for _ in range(start):
             t = threading.Thread(
                 target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
             )
             self._threads.append(t)
+            self._starting += 1
             t.start()
-        else:
-            self._cv.notify()
+        if new > start:
+            self._cv.notify(new - start)
+
+    def take(self, fits: Callable[[J], bool], most: int, *, least: int = 1) -> list[J]:
+        """Take up to ``most`` queued jobs that ``fits`` accepts, oldest first (the lock held:
+        a ``gather``), or none unless there are at least ``least`` of them."""
+        found = []
+        for job in self._ready:
+            if fits(job):
+                found.append(job)
+                if len(found) == most:
+                    break
+        if len(found) < max(1, least):
+            return []
+        taken = set(map(id, found))
+        self._ready = collections.deque(j for j in self._ready if id(j) not in taken)
+        return found
 
     def park(self, job: J, delay: float | None = None) -> int:
         """Park ``job`` (the lock held), with a timer that wakes it after ``delay`` seconds if
@@ -110,8 +167,9 @@ class Scheduler(Generic[J]):
                 self._timer_cv.wait(wait)
 
     def _work(self) -> None:
-        while True:
-            with self.lock:
+        with self.lock:
+            self._starting -= 1  # idle from here, in the same hold of the lock
+            while True:
                 self._idle += 1
                 while not self._ready and not self.closed:
                     self._cv.wait()
@@ -120,4 +178,11 @@ class Scheduler(Generic[J]):
                     return
                 job = self._ready.popleft()
                 job.state = "running"
-            self.run(job)
+                jobs = self.gather(job)
+                for j in jobs:
+                    j.state = "running"
+                self.lock.release()
+                try:
+                    self.run(jobs)
+                finally:
+                    self.lock.acquire()

@@ -428,6 +428,75 @@ def test_a_follower_refuses_a_source_topic_deleted_and_created_again(
     assert f.stop(signal.SIGTERM) == 3, f.stderr()[-3000:]
 
 
+def _fill_at_once(broker: Broker, topic: str, n: int, seed: int, partitions: int) -> None:
+    """``n`` records into each partition, by one producer in one go."""
+    recs = [r for p in range(partitions) for r in make_records(n, seed=seed * 100 + p, partition=p)]
+    produce(broker.bootstrap, topic, recs, compression="lz4", batch_size=4096)
+
+
+def test_partitions_woken_together_take_one_round_and_still_compare_the_local_log(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    group_proxy: StrictProxy,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """A follower takes the rounds of the partitions one long-poll answer woke together
+    (``run.together``: a few requests for all of them, not a few per partition), and such a
+    round still compares the local log's last batch with the source's before it appends: a
+    source topic deleted and created again with other records (the topic watch, which would
+    notice its new id, is off here) is refused, not appended to."""
+    n = 40
+    create_topic(source_a.bootstrap, topic, n)
+    create_topic(group_local.bootstrap, topic, n)
+    _fill_at_once(source_a, topic, 3, seed=11, partitions=n)
+    f = Follower(
+        config, topic, f"g-{topic}", tmp_path / "follower.log", "--topic-check-interval", "3600"
+    )
+    followers.append(f)
+    diag = lambda: f.stderr()[-3000:]
+    _wait(
+        "the catch-up", lambda: ends(group_local, topic, n) == dict.fromkeys(range(n), 3), 90, diag
+    )
+    time.sleep(1)  # every partition parked on the source's tail
+
+    before = dict(group_proxy.requests)
+    # Stopped for well under the session timeout: all of them woken at once when it goes on.
+    f.proc.send_signal(signal.SIGSTOP)
+    _fill_at_once(source_a, topic, 2, seed=12, partitions=n)
+    f.proc.send_signal(signal.SIGCONT)
+    _wait(
+        "the new records",
+        lambda: ends(group_local, topic, n) == dict.fromkeys(range(n), 5),
+        60,
+        diag,
+    )
+    sent = {api: c - before.get(api, 0) for api, c in group_proxy.requests.items()}
+    # A usual round reads its local bounds with two ListOffsets (log start, high watermark).
+    assert sent.get("ListOffsets", 0) < n, sent
+    assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, n)
+
+    f.proc.send_signal(signal.SIGSTOP)
+    recreate_topic(source_a.bootstrap, topic, n)
+    _fill_at_once(source_a, topic, 6, seed=13, partitions=n)
+    f.proc.send_signal(signal.SIGCONT)
+
+    def refused() -> int:
+        unsafe = {("status", "unsafe"), ("topic", topic)}
+        return sum(
+            1
+            for (name, labels), v in f.scrape().items()
+            if name == "partsync_partition_status" and v and unsafe <= labels
+        )
+
+    # Each partition's usual round compares the two logs again and refuses the divergence.
+    _wait("the refusals", lambda: refused() == n, 60, diag)
+    assert ends(group_local, topic, n) == dict.fromkeys(range(n), 5)  # nothing appended
+    assert f.stop(signal.SIGTERM) == 3, diag()
+
+
 def test_overlapping_one_shot_runs_split_the_work(
     config: Path,
     source_a: Broker,

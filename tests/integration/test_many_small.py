@@ -1,5 +1,5 @@
 """Issue 15 goal 2: a one-shot run's first round for many small partitions is taken together
-(``run.small``, ``copy.bulk``): every partition fenced under its own transactional id, its
+(``run.together``, ``copy.bulk``): every partition fenced under its own transactional id, its
 local bounds read again after the fence, its range fetched and appended with many partitions
 per request, and every append verified. Whatever that path cannot finish goes through the usual
 per-partition rounds, which also report it.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from partsync.demo.data import assert_partitions_identical, create_topic, make_records, produce
-from partsync.run.small import MIN_PARTITIONS
+from partsync.plan.together import TOGETHER_MIN
 from tests.conftest import CliResult
 from tests.integration.sync_support import (
     Clusters,
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 Run = Callable[..., CliResult]
 
-N = MIN_PARTITIONS + 8
+N = 2 * TOGETHER_MIN + 8
 NOT_ENOUGH_REPLICAS = 19
 INVALID_RECORD = 87
 

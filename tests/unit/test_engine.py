@@ -17,9 +17,11 @@ from partsync.errors import ClusterError
 from partsync.io.tail import WakeFn
 from partsync.plan.comparator import Bounds, plan_partition
 from partsync.plan.results import PartitionResult, Status
+from partsync.plan.together import TOGETHER_MAX, TOGETHER_MIN
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.run.engine import Engine
 from partsync.run.task import PartitionTask
+from partsync.run.together import TogetherItem, TogetherOutcome
 
 REF = ClusterRef("x", (("127.0.0.1", 1),))
 _BOUND_S = 10.0
@@ -96,7 +98,15 @@ def _until(check: Any, what: str) -> None:
 class Run:
     """An engine over a scripted round, and the partitions whose rounds ended, in order."""
 
-    def __init__(self, script: Script, *, follow: bool, tails: Any = None, workers: int = 4):
+    def __init__(
+        self,
+        script: Script,
+        *,
+        follow: bool,
+        tails: Any = None,
+        workers: int = 4,
+        together: Any = None,
+    ):
         self.pool = Pool()
         self.finished: list[tuple[str, int]] = []
         self.engine = Engine(
@@ -106,6 +116,7 @@ class Run:
             tails=tails,
             on_finished=self.finished.append,
             copy=script,
+            together=together,
         )
 
 
@@ -252,3 +263,122 @@ def test_a_burst_of_rounds_after_an_idle_spell_runs_on_as_many_threads() -> None
         release.set()
     _until(lambda: len(run.finished) == 5, "every round ends")
     engine.close()
+
+
+class Together:
+    """A round together that records its partitions and answers each from ``answers`` (None:
+    handed back), else synced at 1; ``hold`` keeps it from ending until set."""
+
+    def __init__(self, answers: dict[int, PartitionResult | None] | None = None) -> None:
+        self.answers = answers or {}
+        self.rounds: list[list[int]] = []
+        self.items: list[TogetherItem] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.lock = threading.Lock()
+
+    def __call__(
+        self, items: list[TogetherItem], pool: Any, **kw: Any
+    ) -> dict[tuple[str, int], TogetherOutcome]:
+        with self.lock:
+            self.rounds.append([it.task.plan.partition for it in items])
+            self.items.extend(items)
+        assert self.hold.wait(_BOUND_S)
+        out = {}
+        for it in items:
+            p = it.task.plan.partition
+            default = PartitionResult("t", p, Status.SYNCED, 0, 1, 1, batches=1)
+            out[it.key] = TogetherOutcome(self.answers.get(p, default), None)
+        return out
+
+
+def _busy(run: Run, script: Script, p: int) -> threading.Event:
+    """Start partition ``p`` and hold the one worker in its round until the event returned is
+    set: whatever is queued meanwhile is all ready when the worker takes its next."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def held(task: PartitionTask, pool: Any, session: Any, **kw: Any) -> Any:
+        if task.plan.partition == p and not gate.is_set():
+            entered.set()
+            assert gate.wait(_BOUND_S)
+        return script(task, pool, session, **kw)
+
+    run.engine.copy = held
+    run.engine.start(_task(p), threading.Event())
+    assert entered.wait(_BOUND_S), f"the worker is busy with partition {p}"
+    return gate
+
+
+def _burst(run: Run, script: Script, n: int) -> None:
+    """Start partitions 1..n while the one worker is busy with partition 0's round."""
+    gate = _busy(run, script, 0)
+    for p in range(1, n + 1):
+        run.engine.start(_task(p), threading.Event())
+    gate.set()
+
+
+def test_a_burst_of_ready_partitions_takes_rounds_together() -> None:
+    script, together = Script(), Together()
+    run = Run(script, follow=False, workers=1, together=together)
+    n = TOGETHER_MAX + 10
+    _burst(run, script, n)
+    _until(lambda: len(run.finished) == n + 1, "every partition's rounds end")
+    # The worker took the first TOGETHER_MAX in one round; the 10 left are fewer than
+    # TOGETHER_MIN and get usual rounds.
+    assert [len(r) for r in together.rounds] == [TOGETHER_MAX]
+    assert sorted(together.rounds[0]) == list(range(1, TOGETHER_MAX + 1))
+    assert sum(script.rounds.values()) == 1 + 10
+    assert all(it.first and it.session is None for it in together.items)
+    run.engine.close()
+
+
+def test_fewer_ready_partitions_than_the_least_take_their_usual_rounds() -> None:
+    script, together = Script(), Together()
+    run = Run(script, follow=False, workers=1, together=together)
+    _burst(run, script, TOGETHER_MIN - 2)  # with the one taking them: one short
+    _until(lambda: len(run.finished) == TOGETHER_MIN - 1, "every partition's rounds end")
+    assert together.rounds == []
+    run.engine.close()
+
+
+def test_a_partition_handed_back_gets_its_usual_round_next() -> None:
+    script, together = Script(), Together({3: None})
+    run = Run(script, follow=False, workers=1, together=together)
+    _burst(run, script, TOGETHER_MIN)
+    _until(lambda: len(run.finished) == TOGETHER_MIN + 1, "every partition's rounds end")
+    assert [len(r) for r in together.rounds] == [TOGETHER_MIN]
+    assert script.rounds[3] == 1 and sum(script.rounds.values()) == 2  # 0's and 3's
+
+
+def test_a_revoke_waits_for_its_partition_to_settle_not_for_the_round_together() -> None:
+    script, together = Script(), Together()
+    together.hold.clear()  # the round stays under way
+    run = Run(script, follow=False, workers=1, together=together)
+    _burst(run, script, TOGETHER_MIN)
+    _until(lambda: len(together.items) == TOGETHER_MIN, "the round together is under way")
+    [ended] = run.engine.stop([("t", 2)])
+    item = next(it for it in together.items if it.task.plan.partition == 2)
+    assert ended is item.settled and item.stop.is_set() and not ended.is_set()
+    item.settled.set()  # the round's copy of 2 has nothing in flight any more
+    assert ended.wait(_BOUND_S)
+    assert not any(it.stop.is_set() for it in together.items if it is not item)
+    together.hold.set()
+    _until(lambda: len(run.finished) == TOGETHER_MIN + 1, "every partition's rounds end")
+    run.engine.close()
+
+
+def test_followers_woken_together_take_a_round_together_from_where_they_parked() -> None:
+    script, together = Script(), Together()
+    bell = Bell()
+    run = Run(script, follow=True, tails={"x": bell}, workers=1, together=together)
+    _burst(run, script, TOGETHER_MIN)
+    _until(lambda: len(bell.watching) == TOGETHER_MIN + 1, "every follower parks")
+    together.items.clear()
+    gate = _busy(run, script, 99)  # woken while the worker is busy: all ready at once
+    for p in range(TOGETHER_MIN + 1):
+        bell.ring(("t", p))
+    gate.set()
+    _until(lambda: len(bell.watching) == TOGETHER_MIN + 2, "parked again, with 99")
+    assert [sorted(r) for r in together.rounds[1:]] == [list(range(TOGETHER_MIN + 1))]
+    assert all(not it.first and it.last_end == 1 for it in together.items)
+    run.engine.close()

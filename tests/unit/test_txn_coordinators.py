@@ -244,20 +244,18 @@ class Local:
         return 8, 2
 
 
-def test_the_small_rounds_fence_again_one_by_one_where_fencing_together_failed() -> None:
-    import threading
+def test_rounds_together_fence_again_one_by_one_where_fencing_together_failed() -> None:
     from concurrent.futures import Future
 
     from partsync.copy.producer import ProducerSession
-    from partsync.run.small import _fence_all
-    from tests.unit.test_small_copies import _task
+    from partsync.run.together import _fence_all
+    from tests.unit.test_together import _item, _task
 
-    tasks = [_task(p) for p in range(5)]
-    stops = {t.key: threading.Event() for t in tasks}
-    stops[tasks[4].key].set()  # revoked before its fence: never fenced
-    fences: dict[Any, Future[ProducerSession | None]] = {t.key: Future() for t in tasks}
+    items = [_item(_task(p)) for p in range(5)]
+    items[4].stop.set()  # revoked before its fence: never fenced
+    fences: dict[Any, Future[ProducerSession | None]] = {it.key: Future() for it in items}
     local = Local(refuse={"partsync:t:1", "partsync:t:3"})
-    _fence_all(tasks, local, stops, fences)  # type: ignore[arg-type]
+    _fence_all(items, local, fences)  # type: ignore[arg-type]
     got = {k[1]: f.result(0) for k, f in fences.items()}
     assert {p: (s.producer_id, s.epoch) for p, s in got.items() if s} == {
         0: (7, 1),
