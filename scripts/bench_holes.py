@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -88,7 +89,9 @@ def _wait_compacted(bootstrap: str, topic: str, want: int, timeout: float = 600)
     raise SystemExit(f"Kafka's cleaner left {held} records of {topic}, expected about {want}")
 
 
-def run_sync(src: str, dst: str, topic: str, fill: bool = False) -> tuple[float, float, dict]:
+def run_sync(
+    src: str, dst: str, topic: str, fill: bool = False
+) -> tuple[float, float, dict[str, Any]]:
     """One ``partsync sync`` of ``topic`` as its own process: wall time, its CPU time, and
     the partition's JSON result (exits on a failed sync)."""
     argv = [
@@ -166,7 +169,7 @@ def main() -> int:
                 batch_size=256 << 10,
             )
         sizes = {t: _stored_bytes(source.bootstrap, t) for t in ("compacted", "plain")}
-        runs: dict[str, list[tuple[float, float, dict]]] = {"plain": [], "compacted": []}
+        runs: dict[str, list[tuple[float, float, dict[str, Any]]]] = {"plain": [], "compacted": []}
         for n in range(args.repeat):  # a fresh local broker per repetition
             local = start_kafka_jvm(args.kafka_version, tmp / f"dst{n}")
             try:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,7 +41,7 @@ WAYS = {
 }
 
 
-def _sync(config: Path, topic: str, extra: list[str]) -> tuple[float, dict]:
+def _sync(config: Path, topic: str, extra: list[str]) -> tuple[float, dict[str, Any]]:
     argv = [
         sys.executable,
         "-m",
@@ -110,9 +111,9 @@ def main() -> int:
             f"{args.partitions} x {args.records} records, median of {args.repeat}:"
         )
         for way, m in med.items():
-            extra = "" if way == "no-op" else f"   +{m - med['no-op']:.2f} s over no-op"
+            over = "" if way == "no-op" else f"   +{m - med['no-op']:.2f} s over no-op"
             spoke = f"   ({', '.join(sorted(protocols[way]))})" if protocols.get(way) else ""
-            print(f"  {way:9s} {m:6.2f} s{extra}{spoke}")
+            print(f"  {way:9s} {m:6.2f} s{over}{spoke}")
         if args.json:
             print(
                 json.dumps(

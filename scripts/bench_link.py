@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -96,13 +97,15 @@ def main() -> int:
                         if mode == "follow":
                             wall, doc = _follow(argv, src.bootstrap, dst.bootstrap, a.partitions)
                         else:
-                            p = subprocess.run(
+                            done = subprocess.run(
                                 argv, capture_output=True, text=True, timeout=900, check=False
                             )
                             wall = time.monotonic() - t0
-                            if p.returncode:
-                                raise SystemExit(f"K={k}: exit {p.returncode}\n{p.stderr[-2000:]}")
-                            doc = json.loads(p.stdout)
+                            if done.returncode:
+                                raise SystemExit(
+                                    f"K={k}: exit {done.returncode}\n{done.stderr[-2000:]}"
+                                )
+                            doc = json.loads(done.stdout)
                         conns = proxy.connections_made
                     assert_partitions_identical(src.bootstrap, dst.bootstrap, TOPIC, a.partitions)
                 finally:
@@ -146,7 +149,7 @@ def _ends(bootstrap: str, partitions: int) -> dict[int, int]:
     return {p: off for p, (_code, off) in got.items()}
 
 
-def _follow(argv: list[str], src: str, dst: str, partitions: int) -> tuple[float, dict]:
+def _follow(argv: list[str], src: str, dst: str, partitions: int) -> tuple[float, dict[str, Any]]:
     """Run ``sync --follow`` until the local topic has caught up with the backlog, then stop it
     (SIGTERM) and read its report: the seconds until caught up, and the JSON."""
     target = _ends(src, partitions)
@@ -157,6 +160,7 @@ def _follow(argv: list[str], src: str, dst: str, partitions: int) -> tuple[float
     try:
         while _ends(dst, partitions) != target:
             if proc.poll() is not None or time.monotonic() - t0 > 900:
+                assert proc.stderr is not None  # stderr=PIPE
                 raise SystemExit(f"follow run ended or stalled: {proc.stderr.read()[-2000:]}")
             time.sleep(0.05)
         wall = time.monotonic() - t0

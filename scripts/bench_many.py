@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "scripts" / "bench_contenders"))
 
 from _bytecode import cache_bytecode
 
-from partsync.demo.brokers import start_tansu
+from partsync.demo.brokers import Broker, start_tansu
 from partsync.demo.data import Rec, create_topic, produce
-from tests.support.kafka_jvm import start_kafka_cluster
+from tests.support.kafka_jvm import KafkaCluster, start_kafka_cluster
 
 # Run partsync's CLI with every request counted by API (printed to stderr at exit).
 _COUNTING = """
@@ -110,7 +110,7 @@ def main() -> int:
 
     src = start_tansu("bench-many-src")
     tmp = tempfile.TemporaryDirectory(prefix="bench-many-")
-    local = None
+    local: Broker | KafkaCluster | None = None
     try:
         if args.local == "kafka":
             local = start_kafka_cluster("4.1.1", data_dir=Path(tmp.name), heap="1g")

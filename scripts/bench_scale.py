@@ -128,7 +128,8 @@ _PARTITIONS_PER_STEP = 5000
 
 
 def _create_big_topic(bootstrap: str, topic: str, n: int, timeout: float) -> None:
-    from confluent_kafka.admin import NewPartitions
+    # confluent_kafka.admin re-exports it without an __all__ (as partsync.demo.data imports it).
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
     create_topic(bootstrap, topic, min(n, _PARTITIONS_PER_STEP), timeout=timeout)
     have = min(n, _PARTITIONS_PER_STEP)

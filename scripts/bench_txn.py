@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -97,7 +98,7 @@ def main() -> int:
         for topic in ("txn", "plain", "warmup"):
             create_topic(source.bootstrap, topic, 1)
         markers = _fill(source.bootstrap, args)
-        runs: dict[str, list[tuple[float, float, dict]]] = {"plain": [], "txn": []}
+        runs: dict[str, list[tuple[float, float, dict[str, Any]]]] = {"plain": [], "txn": []}
         for n in range(args.repeat):  # a fresh local broker per repetition
             local = start_kafka_jvm(args.kafka_version, tmp / f"dst{n}")
             try:

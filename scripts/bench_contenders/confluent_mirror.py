@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,8 +55,9 @@ def mirror(job: Job) -> int:
                 err = msg.error()
                 if err is not None:
                     raise KafkaException(err)
-                p = msg.partition()
-                kwargs = {
+                p, offset = msg.partition(), msg.offset()
+                assert p is not None and offset is not None  # set on every record (not an event)
+                kwargs: dict[str, Any] = {
                     "partition": p,
                     "timestamp": msg.timestamp()[1],
                     "on_delivery": on_delivery,
@@ -70,7 +72,7 @@ def mirror(job: Job) -> int:
                     except BufferError:  # local queue full: let deliveries drain
                         producer.poll(0.05)
                 count += 1
-                if msg.offset() + 1 >= job.ends[p]:
+                if offset + 1 >= job.ends[p]:
                     remaining.discard(p)
             producer.poll(0)
             if errors:
