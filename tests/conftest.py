@@ -13,7 +13,9 @@ A *broker mode* says which broker processes play the clusters (sources ``a``, ``
 ``PARTSYNC_TEST_BROKER`` lists the modes a run covers, comma-separated; the default is
 ``mixed,kafka``. Broker tests run once per mode (their ids end in ``[mode]``); under the real
 Kafka modes only the tests marked ``kafka`` run (the real-Kafka tier), the others stay on the
-PyPI brokers. Each mode's clusters are shared by its tests (session scope), and each test uses
+PyPI brokers. The whole tier runs on the newest pinned Kafka; an older one runs what differs
+between versions (marker ``kafka_versions``: protocol versions of the copy path, transactions,
+group protocols, producer-state rules). Each mode's clusters are shared by its tests (session scope), and each test uses
 its own topic names (``topic`` fixture).
 """
 
@@ -38,6 +40,7 @@ from tests.support.kafka_jvm import KAFKA_VERSIONS
 
 _PYPI_MODES = ("mixed", "tansu", "noida")
 _KAFKA_MODES = tuple(f"kafka-{v}" for v in KAFKA_VERSIONS)
+_NEWEST_KAFKA = _KAFKA_MODES[-1]
 _ALL_MODES = (*_PYPI_MODES, *_KAFKA_MODES, "kafka-docker")
 
 
@@ -91,18 +94,22 @@ def start_kind(kind: str, data_dir: Path) -> Broker:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under a real-Kafka mode, only the real-Kafka tier (marker ``kafka``) runs; tests of what
-    only Apache Kafka shows (marker ``kafka_only``) run only there."""
+    only Apache Kafka shows (marker ``kafka_only``) run only there. An older Kafka than the
+    newest pinned one runs only what differs between versions (marker ``kafka_versions``)."""
     keep, drop = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         mode = callspec.params.get("broker_mode") if callspec is not None else None
         real = mode is not None and is_real_kafka(mode)
+        older = real and mode in _KAFKA_MODES and mode != _NEWEST_KAFKA
         if (
             real
             and item.get_closest_marker("kafka") is None
             and item.get_closest_marker("kafka_only") is None
             or not real
             and item.get_closest_marker("kafka_only") is not None
+            or older
+            and item.get_closest_marker("kafka_versions") is None
         ):
             drop.append(item)
         else:

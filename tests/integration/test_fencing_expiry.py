@@ -37,7 +37,7 @@ from tests.integration.sync_support import (
     write_config,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
 
 EXPIRY = {"producer.id.expiration.ms": "2000", "producer.id.expiration.check.interval.ms": "500"}
 

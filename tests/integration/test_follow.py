@@ -497,6 +497,7 @@ def test_partitions_woken_together_take_one_round_and_still_compare_the_local_lo
     assert f.stop(signal.SIGTERM) == 3, diag()
 
 
+@pytest.mark.kafka_versions  # the group protocol: KIP-848's on Kafka 4, classic on 3.9
 def test_overlapping_one_shot_runs_split_the_work(
     config: Path,
     source_a: Broker,

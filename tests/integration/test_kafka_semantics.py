@@ -32,7 +32,7 @@ from tests.conftest import CliResult
 from tests.integration.sync_support import cluster_ref, fetch_batches
 from tests.support.kafka_jvm import KafkaCluster, start_kafka_cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from partsync.demo.data import create_topic, produce
 from tests.conftest import CliResult
 from tests.integration.sync_support import Clusters, records
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_versions]
 
 Run = Callable[..., CliResult]
 

@@ -362,6 +362,7 @@ def _sync(source: str, local: str, topic: str, *extra: str) -> CliResult:
 
 @pytest.mark.integration
 @pytest.mark.kafka
+@pytest.mark.kafka_versions  # Produce and Fetch versions differ between Kafka 3.9 and 4
 @pytest.mark.parametrize(
     "source_kind,local_kind", DIRECTIONS, ids=[f"{a}-to-{b}" for a, b in DIRECTIONS]
 )

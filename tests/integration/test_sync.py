@@ -38,7 +38,7 @@ from tests.integration.sync_support import (
 )
 from tests.support.data import produce_kafka_python
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_versions]
 
 Run = Callable[..., CliResult]
 

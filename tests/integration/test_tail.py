@@ -19,7 +19,7 @@ from partsync.io.tail import Tail
 from tests.conftest import is_real_kafka
 from tests.integration.kafka_proxy import StrictProxy
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_versions]
 
 _BOUND_S = 30.0
 _WAIT_MS = 200

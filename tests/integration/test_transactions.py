@@ -36,7 +36,7 @@ from tests.integration.sync_support import (
     wait_for_markers,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.kafka_versions]
 
 Run = Callable[..., CliResult]
 REPLAY = ("--transactions", "replay")
