@@ -15,15 +15,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from partsync.copy.context import CopyContext, Stop
 from partsync.copy.pieces import Piece, Pieces, SourceWork
+from partsync.copy.read_replica import ReadReplicas
 from partsync.copy.throttle import limiter_for
 from partsync.errors import PartsyncError
-from partsync.io.cluster import Cluster
 from partsync.io.fetch_lane import FetchAnswer, FetchLane
-from partsync.io.kafka_types import THROTTLE_WAIT_LIMIT_S, FetchedPartition
+from partsync.io.kafka_types import THROTTLE_WAIT_LIMIT_S
 from partsync.io.reader import RangeRead
 from partsync.wire.batch import Batch
 
@@ -39,10 +40,6 @@ _MIN_FETCH = 64 << 10
 # the rest is cut into many pieces, larger where one fetcher reads it all one fetch at a time.
 _PROBE_BYTES = 64 << 10
 _LONE_PROBE_BYTES = 1 << 20
-# A rack replica whose high watermark is below the range the leader's covers is asked again
-# every _BEHIND_WAIT_S, for up to _BEHIND_LIMIT_S; then the leader serves.
-_BEHIND_WAIT_S = 0.05
-_BEHIND_LIMIT_S = 3.0
 
 
 @dataclass(eq=False)
@@ -137,6 +134,7 @@ class _Fetcher:
         self.mine = mine
         self.bounds = ctx.plan.sources[source]
         self.lane: FetchLane | None = None
+        self.replicas = ReadReplicas(ctx.sources[source], ctx.topic, ctx.partition, ctx.stopping)
         self.depth = work.depth  # fetches in flight: several only to a far broker (plan_pieces)
         # Fetches asked, in order, with the broker each went to.
         self.sent: deque[tuple[_Read, FetchAnswer, int]] = deque()
@@ -243,8 +241,8 @@ class _Fetcher:
             reply = fut.outcome()
         except BaseException as e:
             self.ctx.budget.release(r.size)
-            if isinstance(e, PartsyncError) and self._from_replica(broker):
-                self._cluster.forget_read_replica(self.ctx.topic, self.ctx.partition, broker)
+            if isinstance(e, PartsyncError):
+                self.replicas.failed(broker)
             raise
         assert reply is not None
         answer = reply.partition
@@ -257,11 +255,14 @@ class _Fetcher:
             self.ctx.stopping.wait(pause)
             self._requeue(r)
             return
-        if answer is not None and self._redirected(answer, broker, r):
-            self.ctx.budget.release(r.size)
-            self.lane = None  # the next fetch goes where the partition is read from now
-            self._requeue(r)
-            return
+        if answer is not None:
+            behind = self.replicas.reroute(answer, broker, r.read.offset, r.read.end, r.behind_s)
+            if behind is not None:
+                self.ctx.budget.release(r.size)
+                r.behind_s = behind
+                self.lane = None  # the next fetch goes where the partition is read from now
+                self._requeue(r)
+                return
         piece = r.piece
         probe = piece.end is None
         try:
@@ -270,17 +271,13 @@ class _Fetcher:
             self.ctx.budget.release(r.size)
             raise
         throttle(self.ctx, self.source, fetched.received)
-        kept = 0
-        kept_batches: list[Batch] = []
         # A bootstrap's first chunk begins at the sources' log start, which may cut a batch:
         # that batch is copied whole (the records below the log start are deleted after).
         whole_first = self.ctx.plan.bootstrap and piece.chunk_no == 0 and piece.first
-        for b in fetched.batches:
-            if b.base_offset < piece.start and not whole_first:
-                piece.boundary = b  # the batch just below the piece (agreement check)
-                continue
-            kept_batches.append(b)
-            kept += b.size
+        kept_batches, boundary = _keep_batches(fetched.batches, piece.start, whole=whole_first)
+        if boundary is not None:
+            piece.boundary = boundary  # the batch just below the piece (agreement check)
+        kept = sum(b.size for b in kept_batches)
         if kept_batches:
             piece.items.put(kept_batches)  # one hand-over per answer, not per batch
         # The answer's buffer stays alive while its batches wait in the piece; the budget keeps
@@ -299,44 +296,6 @@ class _Fetcher:
         else:
             self._requeue(r)
 
-    @property
-    def _cluster(self) -> Cluster:
-        return self.ctx.sources[self.source]
-
-    def _from_replica(self, broker: int) -> bool:
-        """Whether ``broker`` is a rack replica of the partition, not its leader."""
-        return broker >= 0 and broker != self._cluster.leader(self.ctx.topic, self.ctx.partition)
-
-    def _redirected(self, answer: FetchedPartition, broker: int, r: _Read) -> bool:
-        """Whether this answer moves the partition's fetches elsewhere (KIP-392), and the
-        fetch is to be asked again: the leader points at a replica in this client's rack (its
-        answer holds no records); the replica answered an error; or its high watermark stays
-        below the range, which the leader's reached (the plan's), for more than
-        ``_BEHIND_LIMIT_S``. Then its leader serves the partition, without the rack, for a
-        while. A replica's high watermark trails the leader's by up to a replication round."""
-        cluster, topic, partition = self._cluster, self.ctx.topic, self.ctx.partition
-        if answer.error_code:
-            if self._from_replica(broker):
-                cluster.forget_read_replica(topic, partition, broker)
-                return True
-            return False
-        if answer.preferred_read_replica >= 0 and not len(answer.records):
-            cluster.prefer_read_replica(topic, partition, answer.preferred_read_replica)
-            return True
-        offset, end = r.read.offset, r.read.end
-        if (
-            not len(answer.records)
-            and 0 <= answer.high_watermark <= offset < end
-            and self._from_replica(broker)
-        ):
-            if r.behind_s >= _BEHIND_LIMIT_S:
-                cluster.forget_read_replica(topic, partition, broker)
-            else:
-                r.behind_s += _BEHIND_WAIT_S
-                self.ctx.stopping.wait(_BEHIND_WAIT_S)
-            return True
-        return False
-
     def _complete(self, r: _Read) -> None:
         r.read.done = True
         self.mine.remove(r)
@@ -346,6 +305,22 @@ class _Fetcher:
     def _requeue(self, r: _Read) -> None:
         self.ready.append(r)
         self.ready.sort(key=lambda x: x.piece.index)
+
+
+def _keep_batches(
+    batches: Iterable[Batch], start: int, *, whole: bool
+) -> tuple[list[Batch], Batch | None]:
+    """The batches of an answer that belong to a piece starting at ``start`` (those whose base
+    offset is not below it, or all of them where the batch cut by ``start`` is copied
+    ``whole``), and the last batch below it (the piece's boundary), if any."""
+    kept: list[Batch] = []
+    boundary = None
+    for b in batches:
+        if b.base_offset < start and not whole:
+            boundary = b
+            continue
+        kept.append(b)
+    return kept, boundary
 
 
 def throttle(ctx: CopyContext, source: str, nbytes: int) -> None:
