@@ -139,9 +139,7 @@ MAX_CLASS_LINES = 200
 
 # Today's modules over MAX_MODULE_LINES. The list only shrinks: a module split below the limit
 # fails the test until it is taken off here.
-OVERSIZED_MODULES = {
-    "partsync/copy/bulk.py",
-}
+OVERSIZED_MODULES: set[str] = set()
 
 # Today's classes over MAX_CLASS_LINES, as "module path::class"; the same rule.
 OVERSIZED_CLASSES = {
