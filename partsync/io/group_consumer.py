@@ -32,8 +32,9 @@ import uuid
 from partsync._kafka import COORDINATOR_RETRY_CODES, Connection, ErrorCode, error_name
 from partsync._kafka.admin_requests import BROKER_RESOURCE, GROUP_RESOURCE
 from partsync._kafka.group_requests import DescribedGroup, HeartbeatResult
-from partsync.errors import ClusterError, GroupError
+from partsync.errors import GroupError
 from partsync.io.group_session import Member
+from partsync.io.group_topic_ids import TopicIds
 
 # The client id of every member's group connection (io.group), whatever the cluster's
 # client_id, which hosts may set differently: how members tell partsync processes from consumers.
@@ -72,7 +73,7 @@ class ConsumerSession:
         # epoch (a full heartbeat), as Kafka expects; only a fence starts it over.
         self.epoch = _JOIN
         self._interval = member.heartbeat_interval
-        self._ids: dict[uuid.UUID, str] = {}
+        self._ids = TopicIds(member)
         self._lease_sized = False
         self._lease_from_heartbeat = False
         self._converged = False
@@ -149,7 +150,7 @@ class ConsumerSession:
             self.epoch,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             topics=list(m.topics),
-            owned=self._owned_ids(),
+            owned=self._ids.owned(m.lease.owned),
         )
         code = res.error_code
         if not code:
@@ -172,7 +173,7 @@ class ConsumerSession:
 
     def _apply(self, assignment: dict[uuid.UUID, tuple[int, ...]], sent: float) -> None:
         m = self.m
-        new = sorted((self._topic_name(tid), p) for tid, ps in assignment.items() for p in ps)
+        new = sorted((self._ids.name(tid), p) for tid, ps in assignment.items() for p in ps)
         old = m.lease.owned
         gone = sorted(set(old) - set(new))
         if gone:
@@ -201,17 +202,8 @@ class ConsumerSession:
         current (assignment epoch = group epoch) and this member's target, its assignment and
         the partitions it writes are the same. Partitions still being released by another
         member are in the target, not in the assignment."""
-        m = self.m
         g = self._describe(conn)
-        if g is None:
-            return False
-        me = g.members.get(m.member_id)
-        owned = frozenset(m.lease.owned)
-        return (
-            me is not None
-            and g.assignment_epoch == g.group_epoch
-            and me.target == me.assigned == owned
-        )
+        return g is not None and converged(g, self.m.member_id, frozenset(self.m.lease.owned))
 
     def _describe(self, conn: Connection) -> DescribedGroup | None:
         """The group, after checking its members; None when the coordinator said ask again.
@@ -227,20 +219,8 @@ class ConsumerSession:
             raise FallBackToClassic(error_name(g.error_code))
         if g.error_code and g.error_code != ErrorCode.GROUP_ID_NOT_FOUND:
             raise m.fatal(g.error_code, "describing the group")
-        self._check_members(g)
+        check_members(g, m.member_id, m.group, m.local.name)
         return g
-
-    def _check_members(self, g: DescribedGroup) -> None:
-        """Refuse to share the group with anything but partsync processes."""
-        m = self.m
-        for member in g.members.values():
-            if member.member_id != m.member_id and member.client_id != MEMBER_CLIENT_ID:
-                raise GroupError(
-                    f"group {m.group!r} has a member that is not a partsync process (client id "
-                    f"{member.client_id!r}, topics {list(member.subscribed)}); partsync does not "
-                    "take partitions from a consumer group's consumers: name another --group",
-                    cluster=m.local.name,
-                )
 
     def leave(self) -> None:
         m = self.m
@@ -258,14 +238,7 @@ class ConsumerSession:
         Kafka requires to be below the session timeout, bounds it."""
         m = self.m
         self._lease_sized = True
-        limits: list[int] = []
-        if m.coordinator_node is not None:
-            _code, values = conn.describe_configs(
-                BROKER_RESOURCE, str(m.coordinator_node), _BROKER_KEYS
-            )
-            limits += [int(v) for v in values.values() if v.isdigit()]
-        _code, values = conn.describe_configs(GROUP_RESOURCE, m.group, _GROUP_KEYS)
-        limits += [int(v) for v in values.values() if v.isdigit()]
+        limits = session_timeouts(conn, m.coordinator_node, m.group)
         if limits:
             m.lease.shorten(min(limits))
             longest = max(limits)
@@ -280,27 +253,38 @@ class ConsumerSession:
         # A member that died keeps its partitions for the broker's session timeout.
         m.extend_join_timeout(2 * longest / 1000 + 10)
 
-    def _owned_ids(self) -> dict[uuid.UUID, list[int]]:
-        owned: dict[uuid.UUID, list[int]] = {}
-        ids = {name: tid for tid, name in self._ids.items()}
-        for topic, p in self.m.lease.owned:
-            owned.setdefault(ids[topic], []).append(p)  # owned only after _topic_name named it
-        return owned
 
-    def _topic_name(self, tid: uuid.UUID) -> str:
-        name = self._ids.get(tid)
-        if name is None:
-            m = self.m
-            for topic in m.topics:
-                info = m.local.topic(topic, refresh=True)
-                if info is not None and info.topic_id:
-                    self._ids[uuid.UUID(info.topic_id)] = topic
-            name = self._ids.get(tid)
-            if name is None:
-                # E.g. local metadata that lags a topic created again: ask again shortly.
-                raise ClusterError(
-                    f"group {m.group!r}: assigned topic id {tid}, which none of "
-                    f"{list(m.topics)} has in the local cluster's metadata",
-                    cluster=m.local.name,
-                )
-        return name
+def session_timeouts(conn: Connection, coordinator: int | None, group: str) -> list[int]:
+    """The session timeouts (ms) readable from the coordinator's configs
+    (``group.consumer.session.timeout.ms``, ``group.consumer.min.session.timeout.ms``; with
+    ``coordinator`` known) and the group's own (``consumer.session.timeout.ms``)."""
+    limits: list[int] = []
+    if coordinator is not None:
+        _code, values = conn.describe_configs(BROKER_RESOURCE, str(coordinator), _BROKER_KEYS)
+        limits += [int(v) for v in values.values() if v.isdigit()]
+    _code, values = conn.describe_configs(GROUP_RESOURCE, group, _GROUP_KEYS)
+    limits += [int(v) for v in values.values() if v.isdigit()]
+    return limits
+
+
+def converged(g: DescribedGroup, member_id: str, owned: frozenset[tuple[str, int]]) -> bool:
+    """Whether the group's targets are current (assignment epoch = group epoch) and member
+    ``member_id``'s target, its assignment and the partitions it writes (``owned``) are the
+    same."""
+    me = g.members.get(member_id)
+    return (
+        me is not None and g.assignment_epoch == g.group_epoch and me.target == me.assigned == owned
+    )
+
+
+def check_members(g: DescribedGroup, member_id: str, group: str, cluster: str) -> None:
+    """Refuse to share the group with anything but partsync processes: every member but
+    ``member_id`` must use the client id ``MEMBER_CLIENT_ID``."""
+    for member in g.members.values():
+        if member.member_id != member_id and member.client_id != MEMBER_CLIENT_ID:
+            raise GroupError(
+                f"group {group!r} has a member that is not a partsync process (client id "
+                f"{member.client_id!r}, topics {list(member.subscribed)}); partsync does not "
+                "take partitions from a consumer group's consumers: name another --group",
+                cluster=cluster,
+            )
