@@ -22,30 +22,19 @@ is ``broken``: its owner replaces it (``SharedPipelines._shared``).
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from partsync._kafka import Connection
 from partsync.errors import ClusterError, PartsyncError
-from partsync.io.answer import Answer, as_error
+from partsync.io.answer import as_error
+from partsync.io.request_queue import Item, RequestQueue
 
 __all__ = ["Item", "Pipeline"]
 
-T = TypeVar("T")
 ItemT = TypeVar("ItemT", bound="Item[Any]")
-
-
-@dataclass(slots=True)
-class Item(Generic[T]):
-    topic: str
-    partition: int
-    size: int  # bytes this item adds to a request (or asks the broker for)
-    cancelled: Callable[[], bool]
-    future: Answer[T]
 
 
 class Pipeline(Generic[ItemT]):
@@ -68,25 +57,16 @@ class Pipeline(Generic[ItemT]):
         eager: bool = False,
     ) -> None:
         self._conn = conn
-        self._max_in_flight = max(1, max_in_flight)
-        self._max_request_bytes = max_request_bytes
-        self._pack_partitions = pack_partitions
-        self._pack_bytes = pack_bytes
-        self._eager = eager
-        # One lock, two conditions: an item wakes the sender only, a sent request the receiver.
-        lock = threading.Lock()
-        self._cv = threading.Condition(lock)  # something to send
-        self._rcv = threading.Condition(lock)  # something sent, to be answered
-        self._waiting: collections.deque[ItemT] = collections.deque()
-        self._waiting_bytes = 0
-        # Requests sent and not yet answered, in order; None: nothing more will be sent.
-        self._sent: collections.deque[list[ItemT] | None] = collections.deque()
-        self._in_flight = 0  # counted from when a request is built until its answer is handed out
-        self._answered_since_send = False
-        self._quiet_until = 0.0  # monotonic time before which the broker asked for no request
-        self._broken: PartsyncError | None = None
-        self._closed = False
-        self._active_at = time.monotonic()  # when a request was last sent or answered
+        self._queue: RequestQueue[ItemT] = RequestQueue(
+            max_in_flight=max_in_flight,
+            max_request_bytes=max_request_bytes,
+            pack_partitions=pack_partitions,
+            pack_bytes=pack_bytes,
+            eager=eager,
+            drain_on_close=self.drain_on_close,
+            not_sent=self._not_sent,
+            closed_error=lambda: ClusterError(f"{self.label} closed", cluster=self.cluster),
+        )
         self.requests = 0
         self.items = 0
         name = self.api.lower()
@@ -106,7 +86,7 @@ class Pipeline(Generic[ItemT]):
 
     @property
     def broken(self) -> bool:
-        return self._broken is not None or self._closed
+        return self._queue.broken is not None or self._queue.closed
 
     @property
     def expiring(self) -> bool:
@@ -116,10 +96,7 @@ class Pipeline(Generic[ItemT]):
     def idle_for(self) -> float:
         """Seconds since a request was last sent or answered, with nothing pending since (0
         while busy): a broker closes a connection idle for connections.max.idle.ms."""
-        with self._cv:
-            if self._in_flight or self._waiting:
-                return 0.0
-            return time.monotonic() - self._active_at
+        return self._queue.idle_for()
 
     # -- what subclasses say -----------------------------------------------------------------
 
@@ -152,85 +129,13 @@ class Pipeline(Generic[ItemT]):
     # -- submitting ----------------------------------------------------------------------------
 
     def _enqueue(self, item: ItemT) -> None:
-        with self._cv:
-            if self._broken is not None or self._closed:
-                item.future.set(
-                    error=self._broken or ClusterError(f"{self.label} closed", cluster=self.cluster)
-                )
-                return
-            self._waiting.append(item)
-            self._waiting_bytes += item.size
-            # Only when it should go now: most items are submitted by answer callbacks in the
-            # receiver, which wakes the sender once the whole answer is handed out, and a
-            # futile wake-up per item costs a thread switch each.
-            if self._can_send():
-                self._cv.notify()
+        self._queue.put(item)
 
     # -- sending ---------------------------------------------------------------------------------
 
-    def _ready(self) -> bool:
-        """Something waits and should go now (see Packing). Caller holds the condition."""
-        return bool(self._waiting) and (
-            self._in_flight == 0
-            or self._eager
-            or self._answered_since_send
-            or self._closed
-            or len(self._waiting) >= self._pack_partitions
-            or (self._pack_bytes is not None and self._waiting_bytes >= self._pack_bytes)
-        )
-
-    def _can_send(self) -> bool:
-        return self._in_flight < self._max_in_flight and self._ready()
-
-    def _next_request(self) -> list[ItemT]:
-        """The waiting items that may share one request: the first of each partition, in
-        submission order, up to the byte cap. Caller holds the condition."""
-        taken: list[ItemT] = []
-        seen: set[tuple[str, int]] = set()
-        size = 0
-        keep: collections.deque[ItemT] = collections.deque()
-        for it in self._waiting:
-            key = (it.topic, it.partition)
-            if it.cancelled():
-                it.future.set(error=self._not_sent())
-                continue
-            if key in seen or (taken and size + it.size > self._max_request_bytes):
-                keep.append(it)
-                seen.add(key)  # a later item of this partition must wait behind this one
-                continue
-            seen.add(key)
-            taken.append(it)
-            size += it.size
-        self._waiting = keep
-        self._waiting_bytes = sum(it.size for it in keep)
-        return taken
-
-    def _take_request(self) -> list[ItemT] | None:
-        """Wait until a request should go and build it; None once the pipeline ends."""
-        with self._cv:
-            while True:
-                if self._broken is not None:
-                    return None
-                if self._closed and not (self.drain_on_close and self._waiting):
-                    return None
-                if self._can_send():
-                    quiet = self._quiet_until - time.monotonic()
-                    if quiet <= 0:
-                        batch = self._next_request()
-                        if batch:
-                            # Counted now, not once sent: an answer handed out during the send
-                            # must still let what its callbacks submitted go out next.
-                            self._in_flight += 1
-                            self._answered_since_send = False
-                            return batch
-                        continue
-                    self._cv.wait(quiet)  # throttled: the broker reads nothing until then
-                    continue
-                self._cv.wait(0.5)
-
     def _send_loop(self) -> None:
         try:
-            while (batch := self._take_request()) is not None:
+            while (batch := self._queue.take_request()) is not None:
                 try:
                     self._send(batch)
                 except BaseException as e:
@@ -245,11 +150,7 @@ class Pipeline(Generic[ItemT]):
                 # Handed to the receiver only once sent: answers come in send order. If the
                 # connection broke meanwhile (the receiver failed everything it knew of), these
                 # answers will never come: fail them now, not after a timeout.
-                with self._cv:
-                    broken = self._broken
-                    if broken is None:
-                        self._sent.append(batch)
-                        self._rcv.notify()
+                broken = self._queue.sent(batch)
                 if broken is not None:
                     for it in batch:
                         it.future.set(error=broken)
@@ -261,28 +162,19 @@ class Pipeline(Generic[ItemT]):
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
             self._break(ClusterError(f"{self.label} crashed: {e!r}", cluster=self.cluster))
         finally:
-            with self._cv:
-                self._sent.append(None)  # tells the receiver nothing more will be sent
-                self._rcv.notify()
+            self._queue.sending_ended()  # tells the receiver nothing more will be sent
 
     # -- receiving -------------------------------------------------------------------------------
 
     def _receive_loop(self) -> None:
         try:
-            while True:
-                with self._cv:
-                    while not self._sent:
-                        if self._broken is not None:
-                            return  # broken: the sender's sentinel may have been cleared
-                        self._rcv.wait(0.5)
-                    batch = self._sent.popleft()
-                if batch is None:
-                    return
+            # None: nothing more will be sent, or broken (the sender's sentinel may be cleared).
+            while (batch := self._queue.next_sent()) is not None:
                 try:
                     answers = self._receive()
                 except BaseException as e:
-                    # This request is no longer in ``_sent``: fail it here, or its partitions
-                    # would wait for an answer that never comes.
+                    # This request is no longer among the queue's requests sent: fail it
+                    # here, or its partitions would wait for an answer that never comes.
                     err = as_error(e, self.cluster, f"{self.api} failed")
                     for it in batch:
                         it.future.set(error=err)
@@ -290,17 +182,12 @@ class Pipeline(Generic[ItemT]):
                 throttle_ms = self._throttle_ms()
                 try:
                     if throttle_ms > 0:
-                        with self._cv:
-                            self._quiet_until = time.monotonic() + throttle_ms / 1000
+                        self._queue.quiet_for(throttle_ms)
                     self._hand_out(batch, answers, throttle_ms)
                 finally:
                     # Only now: the answers' callbacks have submitted these partitions' next
                     # items, which go out together in the next request.
-                    with self._cv:
-                        self._in_flight -= 1
-                        self._active_at = time.monotonic()
-                        self._answered_since_send = True
-                        self._cv.notify()
+                    self._queue.answered()
         except PartsyncError as e:
             self._break(e)
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
@@ -310,16 +197,7 @@ class Pipeline(Generic[ItemT]):
 
     def _break(self, err: PartsyncError) -> None:
         """Fail every item not yet answered; the connection is unusable from here on."""
-        with self._cv:
-            if self._broken is None:
-                self._broken = err
-            pending = [it for b in self._sent if b for it in b] + list(self._waiting)
-            self._sent.clear()
-            self._waiting.clear()
-            self._waiting_bytes = 0
-            self._cv.notify_all()
-            self._rcv.notify_all()
-        for it in pending:
+        for it in self._queue.break_(err):
             if not it.future.done():
                 it.future.set(error=err)
         self._conn.close()
@@ -327,10 +205,7 @@ class Pipeline(Generic[ItemT]):
     def close(self, timeout: float = 5.0) -> None:
         """Stop. With ``drain_on_close`` what is waiting is sent and answered first (for up to
         ``timeout`` seconds per thread); whatever is still unanswered then fails."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-            self._rcv.notify_all()
+        self._queue.close()
         if not self.drain_on_close:
             # Closing the connection ends a receive in progress.
             self._break(ClusterError(f"{self.label} closed", cluster=self.cluster))
