@@ -16,7 +16,6 @@ base-offset check of every append back this up (see docs/how-it-works.md).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -31,7 +30,7 @@ from partsync.io.group_classic import ClassicSession
 from partsync.io.group_consumer import MEMBER_CLIENT_ID, ConsumerSession, FallBackToClassic
 from partsync.io.group_lease import GroupListener, Lease, TopicPartition
 from partsync.io.group_session import Session
-from partsync.plan.assign import Subscription
+from partsync.plan.assign import Subscription, grown
 from partsync.retry import Backoff
 
 __all__ = ["PROTOCOLS", "GroupListener", "GroupMember"]
@@ -126,12 +125,10 @@ class GroupMember:
         self.lease.join(2)
 
     def resubscribe(self, partitions: dict[str, int]) -> None:
-        """The job's topics grew to ``partitions``: make the group hand out the new ones."""
-        counts = dict(self.subscription.partitions)
-        counts.update(partitions)
-        self.subscription = dataclasses.replace(
-            self.subscription, partitions=tuple(sorted(counts.items()))
-        )
+        """The job's topics grew to ``partitions`` (or a topic joined the job: a follower's
+        topic planned at last): make the group hand out the new ones."""
+        self.subscription = grown(self.subscription, partitions)
+        self.topics = self.subscription.topics
         # Acted on by the session's thread: the classic protocol rejoins with the new
         # subscription (the coordinator rebalances only for a member whose metadata changed);
         # with the consumer protocol the coordinator saw the new partitions itself, and the

@@ -9,6 +9,7 @@ are partsync's own (protocol type ``partsync``), versioned, and JSON so that
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ __all__ = [
     "decode_subscription",
     "encode_assignment",
     "encode_subscription",
+    "grown",
 ]
 
 PROTOCOL_TYPE = "partsync"
@@ -40,6 +42,14 @@ class Subscription:
     # coordinator rebalance, so the new partitions are handed out (the leader assigns from the
     # local cluster's metadata, not from these).
     partitions: tuple[tuple[str, int], ...] = ()
+
+
+def grown(sub: Subscription, partitions: Mapping[str, int]) -> Subscription:
+    """``sub`` with its topics grown to ``partitions`` (a topic not in it joins it)."""
+    counts = dict(sub.partitions)
+    counts.update(partitions)
+    topics = tuple(sorted(set(sub.topics) | set(partitions)))
+    return dataclasses.replace(sub, topics=topics, partitions=tuple(sorted(counts.items())))
 
 
 def encode_subscription(sub: Subscription) -> bytes:

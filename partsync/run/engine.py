@@ -156,7 +156,7 @@ class Engine:
     ) -> None:
         self.pool = pool
         self.follow = follow
-        self.tails = dict(tails or {})
+        self.tails: Mapping[str, Doorbell] = dict(tails or {})
         self.progress = progress
         self.on_round = on_round
         self.on_plan = on_plan
@@ -235,6 +235,11 @@ class Engine:
     @property
     def threads(self) -> int:
         return self._sched.threads
+
+    def add_tail(self, name: str, tail: Doorbell) -> None:
+        """A source's tail for followers to park on (replaced, not changed: the engine's
+        threads iterate the one they read)."""
+        self.tails = {**self.tails, name: tail}
 
     def ring(self, wakes: list[WakeFn]) -> None:
         """Ring parked partitions' doorbells all at once (a tail's ``ring_many``): a worker

@@ -129,17 +129,10 @@ class PartitionRunner:
         self._owned: set[TopicPartition] = set()
         self.progressed = time.monotonic()  # the latest verified append (liveness)
         self.tails: dict[str, Tail] = {}
-        if opts.follow:
-            on_hw = observer.source_high_watermark if observer else None
-            on_batch = observer.source_batch if observer else None
-            refs = {ref.name: ref for t in tasks for ref in t.sources}
-            for name, ref in refs.items():
-                self.tails[name] = Tail(pool.get(ref), opts.follow_wait_ms, on_hw, on_batch)
         self.engine = Engine(
             pool,
             workers=opts.parallelism,
             follow=opts.follow,
-            tails=self.tails,
             # With an observer, each verified append also stamps the runner's progress
             # (liveness): a field update per batch, read by the control loop.
             progress=self._progress if observer else progress,
@@ -148,8 +141,26 @@ class PartitionRunner:
             on_finished=self._finished,
             handed_over=lambda: not self.stop.is_set(),
         )
-        for tail in self.tails.values():
+        self._add_tails(tasks)
+
+    def _add_tails(self, tasks: Iterable[PartitionTask]) -> None:
+        """Follow mode: a tail for each source of ``tasks`` that has none yet (a topic planned
+        only later may be the first from a source)."""
+        if not self.opts.follow:
+            return
+        obs = self.observer
+        for ref in {ref.name: ref for t in tasks for ref in t.sources}.values():
+            if ref.name in self.tails:
+                continue
+            tail = Tail(
+                self.pool.get(ref),
+                self.opts.follow_wait_ms,
+                obs.source_high_watermark if obs else None,
+                obs.source_batch if obs else None,
+            )
             tail.ring_many = self.engine.ring
+            self.tails[ref.name] = tail
+            self.engine.add_tail(ref.name, tail)
 
     # -- GroupListener ------------------------------------------------------------------
 
@@ -250,6 +261,7 @@ class PartitionRunner:
         with self._lock:
             for task in change.tasks:
                 self.tasks[task.key] = task
+        self._add_tails(change.tasks)
         member = self.member
         if member is not None:
             member.resubscribe(change.grown)
@@ -313,8 +325,14 @@ class PartitionRunner:
         fatal: PartsyncError | None = None
         try:
             if opts.group:
-                topics = sorted({t for t, _p in self.tasks})
+                # A follower's topics whose plan failed are in the subscription too: owned,
+                # they have no task yet, and the watch plans them again at once.
+                watch = self.watch
+                failed = set(watch.failed) if watch is not None else set()
+                topics = sorted({t for t, _p in self.tasks} | failed)
                 local = next(iter(self.tasks.values())).local if self.tasks else None
+                if local is None and failed and watch is not None:
+                    local = watch.req.local
                 if local is None:
                     return None
                 # A cron run must end; a follower keeps trying.

@@ -88,7 +88,8 @@ def _report(
     """Every planned partition: what this process did with it, else what the plan found."""
     topics = []
     for tp in plans:
-        if tp.refused or tp.error:
+        # A follower's topic whose plan failed has results once a later plan of it succeeded.
+        if tp.refused or tp.error and not any(t == tp.topic for t, _p in results):
             topics.append(whole_topic_results(tp))
             continue
         parts = []

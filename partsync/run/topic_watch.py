@@ -1,8 +1,12 @@
 """Follow mode's eye on the job's topics: ``TopicWatch``.
 
 A follower runs for months while the sources' topics change under it. Every few seconds the
-watch reads the sources' metadata and notices two changes:
+watch reads the sources' metadata and notices these changes:
 
+* a topic whose plan failed (a partition without a leader yet, a topic not on the sources or
+  the local cluster yet, no source answering): it is planned again at every check, with a
+  warning, until it can be copied; then its partitions get tasks like a grown topic's (a
+  follower never sits idle on a topic it was asked to follow without saying why);
 * a source topic that gained partitions (every source that answered agrees on the new count):
   the local topic is grown to that count (CreatePartitions) and the new partitions get tasks,
   so the runner starts copying them (a group rebalances to hand them out);
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 
 from partsync.errors import PartsyncError
 from partsync.io.pool import ClusterPool
-from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
+from partsync.run.planner import SyncRequest, TopicPlan, apply_topic_changes, plan_topics
 from partsync.run.task import PartitionTask, tasks_for
 
 __all__ = ["TopicChanges", "TopicWatch", "recreated_reason"]
@@ -66,6 +70,12 @@ class TopicWatch:
             for source, tid in tp.topic_ids:
                 self.ids[(source, tp.topic)] = tid
         self._warned: set[str] = set()
+        # Topics whose plan failed as a whole (not refused): planned again at every check.
+        self.failed: dict[str, str] = {}
+        for tp in plans:
+            if tp.error and not tp.refused:
+                self.failed[tp.topic] = tp.error
+                self._warn(tp.topic, f"{tp.error}; planning it again every {interval_s:g} s")
 
     @property
     def topics(self) -> list[str]:
@@ -74,6 +84,8 @@ class TopicWatch:
     def check(self, pool: ClusterPool) -> TopicChanges:
         """Read every source's metadata once and report what changed since the last check."""
         out = TopicChanges()
+        for topic in sorted(self.failed):
+            self._plan_again(pool, topic, out)
         seen: dict[str, dict[str, int]] = {t: {} for t in self.counts}
         for ref in self.req.sources:
             cluster = pool.get(ref)
@@ -150,6 +162,32 @@ class TopicWatch:
             return None
         self.counts[topic] = new
         return tasks_for(req, plans, self.retries, behind_only=False)
+
+    def _plan_again(self, pool: ClusterPool, topic: str, out: TopicChanges) -> None:
+        """Plan a topic whose plan failed; once it plans, its partitions' tasks into ``out``
+        (its creation or growth applied first, as at the start)."""
+        req = dataclasses.replace(self.req, topics=(topic,))
+        try:
+            tp = apply_topic_changes(req, pool, plan_topics(req, pool))[0]
+        except PartsyncError as e:
+            self._warn(topic, f"planning topic {topic} again: {e}")
+            return
+        if tp.refused:
+            del self.failed[topic]
+            log.error("topic %s: %s", topic, tp.refused)
+            return
+        if tp.error or not tp.partitions:
+            self._warn(topic, f"{tp.error}; planning it again every {self.interval_s:g} s")
+            return
+        del self.failed[topic]
+        self.counts[topic] = max(p.partition for p in tp.partitions) + 1
+        for source, tid in tp.topic_ids:
+            self.ids[(source, topic)] = tid
+        out.tasks.extend(tasks_for(req, [tp], self.retries, behind_only=False))
+        out.grown[topic] = self.counts[topic]
+        log.warning(
+            "topic %s planned at last: following its %d partitions", topic, len(tp.partitions)
+        )
 
     def _warn(self, topic: str, message: str) -> None:
         if message not in self._warned:

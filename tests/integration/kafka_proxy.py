@@ -966,7 +966,7 @@ class StrictProxy:
             return produce_answer(frame, version, cid, context.rejected), context.hold_s
         if api_key == FETCH:
             return self.kafka.rewrite_fetch(frame, version), 0.0
-        if api_key == LIST_OFFSETS and context:
+        if api_key == LIST_OFFSETS and context is not None:
             return self.kafka.rewrite_list_offsets(frame, version, context), 0.0
         if api_key == METADATA:
             new, problem = rewrite_metadata_response(frame, version, self.host, self.port)

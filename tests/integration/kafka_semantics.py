@@ -100,6 +100,9 @@ class KafkaSemantics:
         self._lags: dict[TopicPartition, _Lag] = {}
         self._hidden: dict[TopicPartition, list[tuple[int, int]]] = {}
         self._fetch_not_leader: set[TopicPartition] = set()
+        # ListOffsets of these partitions answers NOT_LEADER_OR_FOLLOWER until then (monotonic):
+        # a partition just created, whose leader does not lead it yet.
+        self._leaderless: dict[TopicPartition, float] = {}
         self._throttles = 0
         self._throttle_ms = 0
         self._limits: dict[str, tuple[int | None, int | None]] = {}
@@ -143,6 +146,11 @@ class KafkaSemantics:
         else:
             with self._lock:
                 self._fetch_not_leader.add((topic, partition))
+
+    def leaderless(self, topic: str, partition: int, seconds: float) -> None:
+        """For ``seconds``, every ListOffsets of the partition gets NOT_LEADER_OR_FOLLOWER."""
+        with self._lock:
+            self._leaderless[(topic, partition)] = time.monotonic() + seconds
 
     def lag_high_watermark(
         self, topic: str, partition: int, by: int, *, seconds: float | None = None
@@ -213,13 +221,20 @@ class KafkaSemantics:
             self._lags.clear()
             self._hidden.clear()
             self._fetch_not_leader.clear()
+            self._leaderless.clear()
             self._throttles = 0
             self._limits.clear()
 
     @property
     def active(self) -> bool:
         with self._lock:
-            return bool(self._lags or self._hidden or self._fetch_not_leader or self._throttles)
+            return bool(
+                self._lags
+                or self._hidden
+                or self._fetch_not_leader
+                or self._throttles
+                or self._leaderless
+            )
 
     # -- Produce ------------------------------------------------------------------------------
 
@@ -332,11 +347,12 @@ class KafkaSemantics:
     def list_offsets_context(self, frame: bytes, version: int) -> dict[TopicPartition, int] | None:
         """Which partitions of a ListOffsets request ask a consumer's latest offset."""
         with self._lock:
-            if not self._lags:
+            if not self._lags and not self._leaderless:
                 return None
         req = ListOffsetsRequest.decode(frame, version=version, header=True)
         if req.replica_id != _CONSUMER:
-            return None  # the debug replica (-2) or a follower: the truth
+            # The debug replica (-2) or a follower: the truth (a leaderless partition aside).
+            return {} if self._leaderless else None
         return {(t.name, p.partition_index): p.timestamp for t in req.topics for p in t.partitions}
 
     def rewrite_list_offsets(
@@ -344,9 +360,17 @@ class KafkaSemantics:
     ) -> bytes:
         resp = ListOffsetsResponse.decode(frame, version=version, header=True)
         changed = False
+        now = time.monotonic()
         for t in resp.topics:
             for p in t.partitions:
                 key = (t.name, p.partition_index)
+                with self._lock:
+                    until = self._leaderless.get(key)
+                if until is not None and now < until:
+                    p.error_code, p.offset = NOT_LEADER_OR_FOLLOWER, -1
+                    changed = True
+                    self.injected["leaderless"] += 1
+                    continue
                 by = self.lagging(*key)
                 if by and asked.get(key) == _LATEST and not p.error_code and p.offset >= 0:
                     p.offset = max(p.offset - by, 0)

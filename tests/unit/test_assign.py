@@ -11,6 +11,7 @@ from partsync.plan.assign import (
     decode_subscription,
     encode_assignment,
     encode_subscription,
+    grown,
 )
 
 
@@ -75,3 +76,10 @@ def test_a_subscription_names_the_partition_counts_a_member_grew_its_topics_to()
 def test_foreign_bytes_are_refused_clearly(junk: bytes) -> None:
     with pytest.raises(ValueError, match="not a partsync group"):
         decode_assignment(junk) if b"partitions" in junk else decode_subscription(junk)
+
+
+def test_a_subscription_grows_and_takes_in_a_topic_that_joins_the_job() -> None:
+    sub = Subscription(("a",), "h:1", (("a", 4),))
+    assert grown(sub, {"a": 6}) == Subscription(("a",), "h:1", (("a", 6),))
+    # A follower's topic planned only later joins the subscription with its count.
+    assert grown(sub, {"b": 2}) == Subscription(("a", "b"), "h:1", (("a", 4), ("b", 2)))
