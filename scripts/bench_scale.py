@@ -143,6 +143,17 @@ def _create_big_topic(bootstrap: str, topic: str, n: int, timeout: float) -> Non
         if time.monotonic() > deadline:
             raise RuntimeError(f"{bootstrap}: {topic} did not reach {n} partitions in {timeout} s")
         time.sleep(0.5)
+    # Every partition led and answering offsets: a partition in the metadata may not be led by
+    # its broker yet (NOT_LEADER_OR_FOLLOWER), and the follower must not start before that, or
+    # its start measures the broker, not partsync.
+    while True:
+        try:
+            _ends(admin, topic, n, 10)
+            return
+        except Exception as exc:  # a KafkaException for any partition not led yet
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{bootstrap}: {topic} not led everywhere: {exc}") from exc
+            time.sleep(0.5)
 
 
 def _admin(bootstrap: str) -> Any:
