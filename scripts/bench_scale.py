@@ -27,7 +27,7 @@ the follower process (and its children, if any; never the brokers):
 Local end offsets are read with one ListOffsets for all partitions (confluent-kafka's
 AdminClient, so the measuring does not depend on the tree measured) every 0.2 s: the times are
 when a poll saw the ends, up to 0.2 s plus one poll late. The follower is then stopped with
-SIGTERM and the topic deleted on both clusters (so trees do not share a broker's open files).
+SIGTERM; each tree gets freshly started brokers (trees do not share a broker's open files).
 It prints one row per tree; ``--json`` prints one JSON line per tree instead, with also the
 follower's CPU seconds up to the catch-up and its exit code after SIGTERM.
 
@@ -291,14 +291,6 @@ class _Producer:
             )
 
 
-def _delete_topic(bootstrap: str, topic: str, timeout: float) -> None:
-    admin = _admin(bootstrap)
-    try:
-        admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
-    except (KafkaException, TimeoutError) as exc:  # best effort: the next topic has another name
-        print(f"warning: deleting {topic!r} on {bootstrap}: {exc}", file=sys.stderr)
-
-
 # -- one tree ---------------------------------------------------------------------------------
 
 
@@ -409,18 +401,28 @@ def main() -> int:
     work = Path(tmp.name)
     clusters: list[KafkaCluster] = []
     try:
-        print(f"starting source and local Kafka {KAFKA_VERSION} (-Xmx{args.heap})", file=sys.stderr)
-        for name in ("src", "local"):
-            clusters.append(
-                start_kafka_cluster(KAFKA_VERSION, 1, data_dir=work / name, heap=args.heap)
-            )
-        src, local = clusters
         if not args.json:
             print(
                 f"{'partitions':>10} {'threads':>7} {'idle CPU':>8} {'RSS MB':>7} "
                 f"{'catch-up s':>10} {'latency s':>9}  tree"
             )
         for i, tree in enumerate(trees):
+            # Fresh brokers for each tree: a deleted topic's 10,000 partitions are not gone
+            # at once, and two of them would pass this machine's open-file limit (20,000).
+            for c in clusters:
+                c.stop()
+            clusters = []
+            print(
+                f"starting source and local Kafka {KAFKA_VERSION} (-Xmx{args.heap})",
+                file=sys.stderr,
+            )
+            for name in ("src", "local"):
+                clusters.append(
+                    start_kafka_cluster(
+                        KAFKA_VERSION, 1, data_dir=work / f"{name}-{i}", heap=args.heap
+                    )
+                )
+            src, local = clusters
             topic = f"scale-{i}"
             print(f"{tree}: topic {topic!r}, {args.partitions} partitions", file=sys.stderr)
             row = _measure(tree, topic, src, local, args, work / f"follower-{i}.log")
@@ -438,9 +440,6 @@ def main() -> int:
                     f"warning: the follower exited {row['follower_exit']} on SIGTERM",
                     file=sys.stderr,
                 )
-            if i + 1 < len(trees):
-                for c in clusters:
-                    _delete_topic(c.bootstrap, topic, timeout=60 + args.partitions * 0.01)
     except BenchError as exc:
         print(f"bench_scale: {exc}", file=sys.stderr)
         return 1
