@@ -5,7 +5,6 @@ command's own click declarations, without any broker or config file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from partsync.plan.diff_model import DiffOptions, Level
 from partsync.ui.cli_diff import diff
 from partsync.ui.diff_args import DiffArgs
 from partsync.wire.holes import HOLE_KEY
+from tests.support.recording import Recording
 
 TWO = "127.0.0.1:1,127.0.0.1:2"
 
@@ -136,23 +136,8 @@ def test_every_option_is_carried_into_the_request(tmp_path: Path) -> None:
     assert not report.exists()  # written after the comparison, not while parsing
 
 
-class _Recording(Mapping[str, Any]):
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data, self.read = data, set[str]()
-
-    def __getitem__(self, key: str) -> Any:
-        self.read.add(key)
-        return self.data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-
 def test_every_option_of_the_command_is_read() -> None:
     """An option added to the command but not to its dataclass would be silently ignored."""
-    kw = _Recording(_params(["--topic", "t", "--clusters", TWO]))
+    kw = Recording(_params(["--topic", "t", "--clusters", TWO]))
     DiffArgs.from_click(kw)
     assert kw.read == set(kw.data)

@@ -4,7 +4,6 @@ declarations, without any broker or config file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +14,7 @@ from partsync.config import ClusterRef, Config
 from partsync.errors import ExitStatus, UsageError
 from partsync.ui.cli_sync import plan, sync
 from partsync.ui.sync_args import PlanArgs, SyncArgs, groups_to_sync
+from tests.support.recording import Recording
 
 BASE = ["--topic", "t", "--sources", "127.0.0.1:2", "--local", "127.0.0.1:1"]
 
@@ -150,25 +150,10 @@ def test_plan_args_default_to_a_replay_and_take_the_scan_options() -> None:
     assert refuse.copy.transactions == "refuse" and not refuse.scan
 
 
-class _Recording(Mapping[str, Any]):
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data, self.read = data, set[str]()
-
-    def __getitem__(self, key: str) -> Any:
-        self.read.add(key)
-        return self.data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-
 @pytest.mark.parametrize(("command", "args_type"), [(sync, SyncArgs), (plan, PlanArgs)])
 def test_every_option_of_the_command_is_read(command: Any, args_type: Any) -> None:
     """An option added to the command but not to its dataclass would be silently ignored."""
-    kw = _Recording(_params(command, []))
+    kw = Recording(_params(command, []))
     args_type.from_click(kw)
     assert kw.read == set(kw.data)
 
