@@ -178,10 +178,15 @@ class Tail:
         many partitions it woke."""
         due: list[tuple[TopicPartition, int]] = []
         by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+        # Each topic's leaders looked up once a poll, not once a partition: an idle poll of
+        # 10,000 partitions would spend most of its CPU in the metadata cache.
+        leaders: dict[str, dict[int, int] | None] = {}
         for tp, (offset, _wake) in snapshot.items():
-            try:
-                leader = self.cluster.leader(*tp)
-            except PartsyncError:
+            topic, p = tp
+            if topic not in leaders:
+                leaders[topic] = self._leaders(topic)
+            leader = (leaders[topic] or {}).get(p)
+            if leader is None:
                 due.append((tp, offset))  # the round will find out what is wrong
                 continue
             by_leader[leader][tp] = offset
@@ -190,6 +195,14 @@ class Tail:
         finally:
             self._ring(due)
         return len(due)
+
+    def _leaders(self, topic: str) -> dict[int, int] | None:
+        """The topic's leader of each partition (None: the topic is not known)."""
+        try:
+            info = self.cluster.topic(topic)
+        except PartsyncError:
+            return None
+        return None if info is None else info.leaders
 
     def _poll_leaders(
         self, by_leader: dict[int, dict[TopicPartition, int]], due: list[tuple[TopicPartition, int]]
