@@ -29,7 +29,7 @@ from partsync.plan.fetch_session import (
     INVALID_FETCH_SESSION_EPOCH,
     FetchSession,
 )
-from partsync.wire.batch import iter_batches
+from partsync.wire.batch import Batch, iter_batches
 
 __all__ = ["Tail"]
 
@@ -159,15 +159,7 @@ class Tail:
             c.close()
 
     def _report_batch(self, topic: str, p: int, want: int, records: bytes | memoryview) -> None:
-        """The newest whole data batch at or beyond ``want`` in a doorbell answer (a batch the
-        answer cut short, or only control batches: nothing)."""
-        newest = None
-        try:
-            for b in iter_batches(records, start=want):
-                if not b.is_control and b.max_timestamp >= 0:
-                    newest = b
-        except PartsyncError:  # a damaged answer: the copy round finds and reports it
-            return
+        newest = _newest_batch(records, want)
         if newest is not None and self.on_batch is not None:
             self.on_batch(self.cluster.name, topic, p, newest.last_offset, newest.max_timestamp)
 
@@ -184,7 +176,7 @@ class Tail:
         for tp, (offset, _wake) in snapshot.items():
             topic, p = tp
             if topic not in leaders:
-                leaders[topic] = self._leaders(topic)
+                leaders[topic] = _leaders(self.cluster, topic)
             leader = (leaders[topic] or {}).get(p)
             if leader is None:
                 due.append((tp, offset))  # the round will find out what is wrong
@@ -195,14 +187,6 @@ class Tail:
         finally:
             self._ring(due)
         return len(due)
-
-    def _leaders(self, topic: str) -> dict[int, int] | None:
-        """The topic's leader of each partition (None: the topic is not known)."""
-        try:
-            info = self.cluster.topic(topic)
-        except PartsyncError:
-            return None
-        return None if info is None else info.leaders
 
     def _poll_leaders(
         self, by_leader: dict[int, dict[TopicPartition, int]], due: list[tuple[TopicPartition, int]]
@@ -256,3 +240,25 @@ class Tail:
                     due.append(((topic, p), want))
         if stale:
             self.cluster.metadata(refresh=True)
+
+
+def _leaders(cluster: Cluster, topic: str) -> dict[int, int] | None:
+    """The topic's leader of each partition (None: the topic is not known)."""
+    try:
+        info = cluster.topic(topic)
+    except PartsyncError:
+        return None
+    return None if info is None else info.leaders
+
+
+def _newest_batch(records: bytes | memoryview, want: int) -> Batch | None:
+    """The newest whole data batch at or beyond ``want`` in a doorbell answer (a batch the
+    answer cut short, or only control batches: None)."""
+    newest = None
+    try:
+        for b in iter_batches(records, start=want):
+            if not b.is_control and b.max_timestamp >= 0:
+                newest = b
+    except PartsyncError:  # a damaged answer: the copy round finds and reports it
+        return None
+    return newest
