@@ -159,12 +159,14 @@ def _fetch_and_append(
         # A local log to continue: its last batch is read from both sides (the source's fetch
         # begins at the batch holding the offset below the local end, one batch early) and
         # compared before anything is appended, as the usual round's boundary check does.
-        start = plan.copy_start - 1 if _continues(plan) else plan.copy_start
-        tip = SMALL_FETCH_BYTES if _continues(plan) else 0
+        continues = _continues(plan)
+        start = plan.copy_start - 1 if continues else plan.copy_start
         read = RangeRead(
             source, plan.topic, plan.partition, start, plan.target_end, opts.fetch_bytes
         )
         job = Job(c, ctx, source, read, size, started=time.monotonic())
+        job.tip = SMALL_FETCH_BYTES if continues else 0
+        tip = job.tip
         jobs.append(job)
         try:
             # Never waits: this thread holds the wave's earlier reservations until it appends,
@@ -263,9 +265,7 @@ def _fetched(job: Job, out: dict[TopicPartition, PartitionResult | None]) -> lis
         hand_back(job, out, "stopped while fetching")
         return None
     batches = fetched.batches
-    tip = 0
     if job.local_fetch is not None:
-        tip = SMALL_FETCH_BYTES
         try:
             why = _differs_from_local(job, batches)
         except Stop:
@@ -285,7 +285,7 @@ def _fetched(job: Job, out: dict[TopicPartition, PartitionResult | None]) -> lis
         return None
     job.expected = expected  # no whole batch yet (one bigger than the fetch): read on
     kept = sum(b.size for b in batches)
-    ctx.budget.release(fetched.requested + tip - kept)
+    ctx.budget.release(fetched.requested + job.tip - kept)
     throttle(ctx, job.source, fetched.received)  # the run's and the source's byte rates
     return batches
 

@@ -104,6 +104,7 @@ class Job:
     # The local log's last batch, read to compare with the source's copy of it (a copy that
     # continues a local log; ``plan.together``).
     local_fetch: FetchAnswer | None = None
+    tip: int = 0  # the bytes reserved in the budget for that read
     expected: int = 0  # where the next batch must start (the local end after those sent)
     # What ended its reading after its first fetch: the copy fails with it only once every
     # append sent was answered (failing closes the byte budget, which still holds them).
