@@ -63,30 +63,45 @@ def test_an_old_epoch_is_accepted_once_its_state_expired(
     broker_factory: Callable[[str], Broker], expiring_local: Broker, topic: str
 ) -> None:
     """The rule partsync cannot lean on for historical data: writer A, fenced by B's newer
-    epoch, gets INVALID_PRODUCER_EPOCH at once, and its next append is accepted at the log end
-    after one sweep."""
+    epoch, gets INVALID_PRODUCER_EPOCH, and once B's last batch is historical A's next append
+    is accepted at the log end after one sweep."""
     source = broker_factory("a")
     create_topic(source.bootstrap, topic, 1, UNLIMITED_RETENTION)
     create_topic(expiring_local.bootstrap, topic, 1, UNLIMITED_RETENTION)
-    produce(source.bootstrap, topic, records(30, seed=1), partition=0, batch_size=1024)
-    old = fetch_batches(source, topic, 0)  # historical: record times far older than 2 s
-    assert len(old) >= 3
+    # Batches stamped ten minutes ahead keep the entry alive while the fencing is shown: with
+    # historical ones a sweep (every 0.5 s) may fall between B's append and A's, and then A's
+    # is accepted, which is the second half of the rule, not the first.
+    ahead = int(time.time() * 1000) + 600_000
+    produce(
+        source.bootstrap,
+        topic,
+        records(8, seed=1, base_timestamp_ms=ahead),
+        partition=0,
+        batch_size=512,
+    )
+    produce(source.bootstrap, topic, records(30, seed=2), partition=0, batch_size=1024)
+    batches = fetch_batches(source, topic, 0)
+    fresh = [b for b in batches if b.max_timestamp >= ahead]
+    old = [b for b in batches if b.max_timestamp < ahead]  # record times far older than 2 s
+    assert len(fresh) >= 2 and len(old) >= 2
     tid = f"{topic}-writer"
     with (
         Cluster(cluster_ref(expiring_local, "local")) as local,
         Connection(expiring_local.host, expiring_local.port, cluster="local") as conn,
     ):
         pid, epoch_a = local.init_producer_id(tid)  # retried while the coordinator loads
-        assert _append(conn, topic, rewrite_for_append(old[0], pid, epoch_a, 0)) == 0
+        assert _append(conn, topic, rewrite_for_append(fresh[0], pid, epoch_a, 0)) == 0
         _pid, epoch_b = local.init_producer_id(tid)  # B fences A
-        assert _append(conn, topic, rewrite_for_append(old[1], pid, epoch_b, 0)) == 0
-        seq = old[0].record_count
-        assert _append(conn, topic, rewrite_for_append(old[2], pid, epoch_a, seq)) == 47
-        # The entry's last timestamp is the copied batch's: expired at the next sweep (every
-        # 0.5 s here), after which the old epoch's append is accepted. A refused append writes
-        # nothing, so it is tried again until then, within a bound.
+        assert _append(conn, topic, rewrite_for_append(fresh[1], pid, epoch_b, 0)) == 0
+        seq_a = fresh[0].record_count
+        assert _append(conn, topic, rewrite_for_append(old[0], pid, epoch_a, seq_a)) == 47
+        # B copies a historical batch: the entry's last timestamp becomes that batch's, so the
+        # entry expires at the next sweep, after which the old epoch's append is accepted. A
+        # refused append writes nothing, so it is tried again until then, within a bound.
+        seq_b = fresh[1].record_count
+        assert _append(conn, topic, rewrite_for_append(old[0], pid, epoch_b, seq_b)) == 0
         deadline = time.monotonic() + 15
-        while (code := _append(conn, topic, rewrite_for_append(old[2], pid, epoch_a, seq))) == 47:
+        while (code := _append(conn, topic, rewrite_for_append(old[1], pid, epoch_a, seq_a))) == 47:
             assert time.monotonic() < deadline, "the producer entry was never swept"
             time.sleep(0.2)
         assert code == 0
