@@ -15,8 +15,9 @@ A *broker mode* says which broker processes play the clusters (sources ``a``, ``
 Kafka modes only the tests marked ``kafka`` run (the real-Kafka tier), the others stay on the
 PyPI brokers. The whole tier runs on the newest pinned Kafka; an older one runs what differs
 between versions (marker ``kafka_versions``: protocol versions of the copy path, transactions,
-group protocols, producer-state rules). Each mode's clusters are shared by its tests (session scope), and each test uses
-its own topic names (``topic`` fixture).
+group protocols, producer-state rules). Each mode's clusters are shared by the tests a worker
+runs (session scope; the suite runs in parallel workers, see below), and each test uses its own
+topic names (``topic`` fixture).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +94,10 @@ def start_kind(kind: str, data_dir: Path) -> Broker:
     raise ValueError(kind)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
     """Under a real-Kafka mode, only the real-Kafka tier (marker ``kafka``) runs; tests of what
     only Apache Kafka shows (marker ``kafka_only``) run only there. An older Kafka than the
     newest pinned one runs only what differs between versions (marker ``kafka_versions``)."""
@@ -117,6 +122,89 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    yield  # pytest groups the items by session parameter; then the queue's order, below
+    items[:] = _queue_order(items)
+
+
+# -- running in parallel (pytest-xdist) -------------------------------------------------------
+# The suite mostly waits on brokers: one pytest process keeps about a third of the two cores
+# busy. Workers (``-n``, default PARTSYNC_TEST_WORKERS) take whole groups, one test file of one
+# broker mode each (``pytest_xdist_make_scheduler``), so a module's fixtures are set up once.
+# Groups are queued in collection order (``--no-loadscope-reorder``), which the hook above
+# makes mode by mode (a worker starts each mode's brokers at most once) and, within a mode,
+# the largest first; the newest Kafka's tier, the largest, goes first, the many small unit
+# tests last, to even out the end. Each worker takes ports from a range of its own
+# (``pytest_configure``).
+#
+# The group is read from the test id (the controller sees only ids): xdist's own
+# ``--dist loadgroup`` marks ids in a way pytest 9 no longer keeps.
+
+
+def _mode_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    mode = callspec.params.get("broker_mode") if callspec is not None else None
+    return None if mode is None else str(mode)
+
+
+def group_of(nodeid: str) -> tuple[str | None, str]:
+    """(broker mode, file) of a test id: the mode is its parameters' first part (session
+    parameters come first)."""
+    path, _, rest = nodeid.partition("::")
+    params = rest[rest.find("[") + 1 :] if "[" in rest else ""
+    for mode in sorted(_ALL_MODES, key=len, reverse=True):
+        if params == f"{mode}]" or params.startswith(f"{mode}-"):
+            return mode, path
+    return None, path
+
+
+def _mode_rank(mode: str | None) -> int:
+    order = [_NEWEST_KAFKA, *(m for m in BROKER_MODES if m != _NEWEST_KAFKA)]
+    return order.index(mode) if mode in order else len(order)
+
+
+def _queue_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    groups = {id(item): group_of(item.nodeid) for item in items}
+    for item in items:
+        if _mode_of(item) is not None and groups[id(item)][0] != _mode_of(item):
+            raise pytest.UsageError(f"{item.nodeid}: its id does not start with its broker mode")
+    size: dict[tuple[str | None, str], int] = {}
+    for g in groups.values():
+        size[g] = size.get(g, 0) + 1
+    first = {id(item): i for i, item in enumerate(items)}
+
+    def key(item: pytest.Item) -> tuple[int, int, str, int]:
+        mode, path = groups[id(item)]
+        return _mode_rank(mode), -size[mode, path], f"{mode}:{path}", first[id(item)]
+
+    return sorted(items, key=key)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Workers take whole (broker mode, file) groups, in the queue's order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModeAndFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            mode, path = group_of(nodeid)
+            return f"{mode}:{path}"
+
+    return ByModeAndFile(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a worker, this process and the brokers and CLI runs it starts take ports from the
+    worker's own slice (``partsync.demo.brokers.free_ports``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        count = os.environ["PYTEST_XDIST_WORKER_COUNT"]
+        os.environ["PARTSYNC_PORT_SLICE"] = f"{worker.removeprefix('gw')}/{count}"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: PARTSYNC_TEST_WORKERS, else 4 (about 1.4 cores of demand on two)."""
+    return int(os.environ.get("PARTSYNC_TEST_WORKERS", "4"))
 
 
 @pytest.fixture(scope="session", params=BROKER_MODES)
@@ -140,8 +228,10 @@ def broker_factory(
         return b
 
     yield start
-    for b in reversed(started):
-        b.stop()
+    # All at once: a Kafka node's controlled shutdown takes seconds, one after another minutes.
+    with ThreadPoolExecutor(max(1, len(started))) as pool:
+        for _ in pool.map(lambda b: b.stop(), started):
+            pass
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +37,7 @@ __all__ = [
     "Broker",
     "BrokerStartError",
     "free_port",
+    "free_ports",
     "kafka_ping",
     "recv_exact",
     "start_noida",
@@ -55,9 +58,53 @@ class BrokerStartError(RuntimeError):
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the caller races other processes)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+
+    ``PARTSYNC_PORT_SLICE=i/k`` (set by the test suite in each of its k parallel workers) picks
+    them from the i-th of k ranges below the kernel's ephemeral range instead of letting the
+    kernel choose, so processes of different workers never pick the same port in the moment
+    between this answer and their bind (nor does an outgoing connection's local port).
+    """
+    spec = os.environ.get("PARTSYNC_PORT_SLICE")
+    candidates: Iterator[int] = iter(())
+    if spec:
+        index, count = (int(x) for x in spec.split("/"))
+        span = (_ephemeral_low() - _SLICED_LOW) // count
+        low = _SLICED_LOW + index * span
+        candidates = iter(random.sample(range(low, low + span), span))
+    held: list[socket.socket] = []
+    try:
+        while len(held) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            port = next(candidates, None) if spec else 0
+            if port is None:
+                s.close()
+                raise BrokerStartError(f"no free port on {HOST} in the range of slice {spec}")
+            try:
+                s.bind((HOST, port))  # held open while searching: the next one is another port
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+_SLICED_LOW = 10000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 # --------------------------------------------------------------------------------------------

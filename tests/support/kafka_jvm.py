@@ -47,6 +47,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from partsync.demo.brokers import free_ports
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -248,19 +250,6 @@ def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> set[int] | N
 
 
 # -- processes ------------------------------------------------------------------------------
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _random_cluster_id() -> str:
@@ -817,7 +806,7 @@ def _plan_nodes(
     brokers_ = [n for n in nodes if n.is_broker]
     # Chosen together with ports the plan already holds, so none is chosen twice.
     used = {n.port for n in nodes} | {n.controller_port for n in nodes}
-    free = iter([p for p in _free_ports(2 * len(brokers_) + len(used)) if p not in used])
+    free = iter([p for p in free_ports(2 * len(brokers_) + len(used)) if p not in used])
     for n in brokers_:
         n.sasl_port = next(free) if sasl else 0
         n.ssl_port = next(free) if tls else 0
@@ -826,14 +815,14 @@ def _plan_nodes(
 
 def _plan_plain_nodes(data_dir: Path, brokers: int, dedicated_controller: bool) -> list[KafkaNode]:
     if dedicated_controller:
-        ports = _free_ports(brokers + 1)
+        ports = free_ports(brokers + 1)
         nodes = [KafkaNode(0, "controller", 0, ports[0], data_dir / "node-0")]
         nodes += [
             KafkaNode(i, "broker", ports[i], 0, data_dir / f"node-{i}")
             for i in range(1, brokers + 1)
         ]
         return nodes
-    ports = _free_ports(2 * brokers)
+    ports = free_ports(2 * brokers)
     return [
         KafkaNode(
             i, "broker,controller", ports[2 * i - 2], ports[2 * i - 1], data_dir / f"node-{i}"
