@@ -82,6 +82,7 @@ CONTENDERS = (
     "kafka-python-mirror",
     "mirrormaker2",
     "ideal-fenced",
+    "ideal-fenced-1",
 )
 DEFAULT_CONTENDERS = CONTENDERS[:4]
 KAFKA_ONLY = ("mirrormaker2",)  # needs real Apache Kafka brokers (--broker kafka)
@@ -91,6 +92,8 @@ RUNNERS = {
     "ideal": CONTENDERS_DIR / "ideal.py",
     # The ideal with partsync's identity: a transactional id per partition (ideal.py's doc).
     "ideal-fenced": CONTENDERS_DIR / "ideal.py",
+    # ... and partsync's own rule: one batch per partition in flight (issue 38's small batches).
+    "ideal-fenced-1": CONTENDERS_DIR / "ideal.py",
     "confluent-mirror": CONTENDERS_DIR / "confluent_mirror.py",
     "kafka-python-mirror": CONTENDERS_DIR / "kafka_python_mirror.py",
     "mirrormaker2": CONTENDERS_DIR / "mirrormaker2.py",
@@ -141,6 +144,8 @@ class Settings:
     # The source producer's batch.size (librdkafka's default, 1 MB, unless asked): smaller
     # batches show per-batch costs.
     producer_batch_bytes: int | None = None
+    # Every record's value this many bytes (default: 100 B to 10 KB, log-uniform).
+    record_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,6 +256,7 @@ def produce_topic(
     corpus: bytes,
     seed: int,
     batch_bytes: int | None = None,
+    record_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Produce about ``stored_bytes`` (as the broker stores them) with confluent-kafka."""
     from confluent_kafka import Producer
@@ -275,12 +281,12 @@ def produce_topic(
             errors.append(str(err))
 
     rng = random.Random(seed)
-    lo, hi = math.log(MIN_RECORD), math.log(MAX_RECORD)
+    lo, hi = math.log(record_bytes or MIN_RECORD), math.log(record_bytes or MAX_RECORD)
     raw = records = 0
     started = time.monotonic()
     limit = len(corpus) - MAX_RECORD
     while raw < raw_target:
-        size = int(math.exp(rng.uniform(lo, hi)))
+        size = record_bytes or int(math.exp(rng.uniform(lo, hi)))
         at = rng.randrange(limit)
         key = b"user-%08d" % rng.randrange(10**6)
         headers: list[tuple[str, str | bytes | None]] = [
@@ -639,7 +645,8 @@ def contender_argv(
         "--compression",
         codec,
         *(["--kafka-version", kafka_version] if name == "mirrormaker2" else []),
-        *(["--option", "fenced=1"] if name == "ideal-fenced" else []),
+        *(["--option", "fenced=1"] if name.startswith("ideal-fenced") else []),
+        *(["--option", "one_in_flight=1"] if name == "ideal-fenced-1" else []),
         *extra,
     ]
 
@@ -848,6 +855,7 @@ class Bench:
             corpus,
             seed,
             self.s.producer_batch_bytes,
+            self.s.record_bytes,
         )
         t0 = time.monotonic()
         self.scans[topic] = scan_topic(self.source.bootstrap, topic, partitions)
@@ -1308,6 +1316,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         experiments=experiments,
         kafka_version=args.kafka_version,
         producer_batch_bytes=args.producer_batch_bytes,
+        record_bytes=args.record_bytes,
     )
 
 
@@ -1373,6 +1382,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the source producer's batch.size (default librdkafka's 1 MB); small batches "
         "show per-batch costs",
+    )
+    ap.add_argument(
+        "--record-bytes",
+        type=int,
+        default=None,
+        help="every record's value this many bytes (default 100 B to 10 KB, log-uniform); "
+        "with --producer-batch-bytes, the seed's small batches",
     )
     ap.add_argument(
         "--inflight-mib",

@@ -7,6 +7,9 @@ broker needs (Kafka's ProducerStateManager and UnifiedLog rules): baseOffset 0, 
 per-partition sequence, a valid CRC (``rewrite_parts``), at most one batch per partition
 per Produce request, acks=all.
 
+``--option one_in_flight=1`` keeps at most one batch per partition in flight, as partsync
+does (an append is verified before the next is sent): the ceiling under partsync's own rule.
+
 ``--option fenced=1`` gives each partition partsync's identity instead of one shared producer
 id: a transactional id of its own, initialised before the copy (all asked at once, on the
 destination, which must be a single-node cluster: its transaction coordinator), as partsync
@@ -58,6 +61,8 @@ class IdealCopy:
             p: collections.deque() for p in self.parts
         }
         self.buffered = dict.fromkeys(self.parts, 0)
+        self.one_in_flight = bool(job.options.get("one_in_flight", 0))
+        self.busy: set[int] = set()  # partitions with an unanswered batch (one_in_flight)
         self.cv = threading.Condition()
         self.fetch_done = False
         self.error: BaseException | None = None
@@ -137,6 +142,10 @@ class IdealCopy:
                     return
                 res = self.dst.receive_produce()
                 slots.release()
+                if self.one_in_flight:
+                    with self.cv:
+                        self.busy.difference_update(item)  # type: ignore[arg-type]
+                        self.cv.notify_all()
                 for p in item:  # type: ignore[attr-defined]
                     r = res.get(p)
                     if r is None or r.error_code:
@@ -163,7 +172,9 @@ class IdealCopy:
                 size = 0
                 with self.cv:
                     while (
-                        self.error is None and not self.fetch_done and not any(self.queues.values())
+                        self.error is None
+                        and not (self.fetch_done and not any(self.queues.values()))
+                        and not any(q and p not in self.busy for p, q in self.queues.items())
                     ):
                         self.cv.wait()
                     if self.error is not None:
@@ -174,11 +185,15 @@ class IdealCopy:
                     for i in range(n):
                         p = self.parts[(turn + i) % n]
                         q = self.queues[p]
+                        if p in self.busy:
+                            continue
                         if q and (not request or size + len(q[0]) <= self.request_max_bytes):
                             data = q.popleft()
                             request[p] = data
                             size += len(data)
                             self.buffered[p] -= len(data)
+                            if self.one_in_flight:
+                                self.busy.add(p)
                     turn += 1
                     self.cv.notify_all()
                 slots.acquire()
