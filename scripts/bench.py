@@ -281,7 +281,7 @@ def produce_topic(
             errors.append(str(err))
 
     rng = random.Random(seed)
-    lo, hi = math.log(record_bytes or MIN_RECORD), math.log(record_bytes or MAX_RECORD)
+    lo, hi = math.log(MIN_RECORD), math.log(MAX_RECORD)
     raw = records = 0
     started = time.monotonic()
     limit = len(corpus) - MAX_RECORD

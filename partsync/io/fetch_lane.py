@@ -22,8 +22,8 @@ Packing (``io.pipeline``): on a near broker, while requests are in flight, asks 
 is answered or ``PACK_PARTITIONS`` of them are waiting; on a far one (the first round trip took
 ``FAR_RTT_S``) every ask goes as soon as a request slot is free, since there a round trip costs
 more than a request, and the lane keeps ``FAR_IN_FLIGHT_FACTOR`` times as many requests in
-flight, since the partitions sharing it each keep their own fetches in flight. A throttled answer (KIP-219) holds the lane's next request until the
-throttle time has passed.
+flight, since the partitions sharing it each keep their own fetches in flight. A throttled
+answer (KIP-219) holds the lane's next request until the throttle time has passed.
 """
 
 from __future__ import annotations
