@@ -190,7 +190,10 @@ class Sender:
         )
         with self._cv:
             self.outstanding = sent
-            self._cv.notify_all()
+            # Only the appender's wait for room (``send``) waits on a submit: wake it once
+            # there is room, not at every batch (a futile wake-up costs a thread switch).
+            if len(self._staged) <= STAGED_MAX // 2:
+                self._cv.notify_all()
         fut.on_done(lambda f: self._answered(sent, f))
 
     def _answered(self, sent: _Sent, fut: ProduceFuture) -> None:

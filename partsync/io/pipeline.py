@@ -6,8 +6,9 @@ future. A sender thread packs the waiting items into requests, each partition at
 request (a later item of the same partition waits for the next request, so a partition's items
 go out in submission order) and up to a byte cap, and keeps up to ``max_in_flight`` requests
 outstanding. A receiver thread reads the answers, which Kafka sends in request order on a
-connection, and hands each item its part. An item whose ``cancelled()`` is true when its
-request is built is dropped, never sent.
+connection, and hands each item its part; the request its callbacks made ready (if small) it
+sends itself, before it reads on, so a steady stream of answers and next items costs no thread
+switch. An item whose ``cancelled()`` is true when its request is built is dropped, never sent.
 
 Packing: with nothing in flight a request goes out at once, so a lone partition waits for
 nothing. While requests are in flight, waiting items go out once the next answer has been
@@ -35,6 +36,10 @@ from partsync.io.request_queue import Item, RequestQueue
 __all__ = ["Item", "Pipeline"]
 
 ItemT = TypeVar("ItemT", bound="Item[Any]")
+
+# The largest request the receiver sends itself (``_receive_loop``): it fits the sockets'
+# buffers, so the send never waits for the broker to read.
+RECEIVER_SENDS_BYTES = 64 << 10
 
 
 class Pipeline(Generic[ItemT]):
@@ -69,6 +74,9 @@ class Pipeline(Generic[ItemT]):
         )
         self.requests = 0
         self.items = 0
+        # Held from taking a request off the queue until it is recorded as sent, by whichever
+        # thread sends it (the sender, or the receiver right after an answer).
+        self._send_lock = threading.Lock()
         name = self.api.lower()
         self._sender = threading.Thread(target=self._send_loop, daemon=True, name=f"{name}-send")
         self._receiver = threading.Thread(
@@ -135,34 +143,50 @@ class Pipeline(Generic[ItemT]):
 
     def _send_loop(self) -> None:
         try:
-            while (batch := self._queue.take_request()) is not None:
-                try:
-                    self._send(batch)
-                except BaseException as e:
-                    err = as_error(e, self.cluster, f"sending {self.api} failed")
-                    for it in batch:
-                        it.future.set(error=err)
-                    raise
-                now = time.monotonic()
-                for it in batch:
-                    it.future.sent_at = now
-                self._after_send(batch)
-                # Handed to the receiver only once sent: answers come in send order. If the
-                # connection broke meanwhile (the receiver failed everything it knew of), these
-                # answers will never come: fail them now, not after a timeout.
-                broken = self._queue.sent(batch)
-                if broken is not None:
-                    for it in batch:
-                        it.future.set(error=broken)
-                    return
-                self.requests += 1
-                self.items += len(batch)
+            while self._queue.wait_ready():
+                self._send_next()
         except PartsyncError as e:
             self._break(e)
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang
             self._break(ClusterError(f"{self.label} crashed: {e!r}", cluster=self.cluster))
         finally:
-            self._queue.sending_ended()  # tells the receiver nothing more will be sent
+            # After any request the receiver is sending: it reads that answer before the end.
+            with self._send_lock:
+                self._queue.sending_ended()  # tells the receiver nothing more will be sent
+
+    def _send_next(self, max_waiting_bytes: int | None = None, *, block: bool = True) -> bool:
+        """Send the next request if one may go now (False if none went). Under the send lock,
+        taken with the request: requests go out in the order the receiver reads answers."""
+        if not self._send_lock.acquire(blocking=block):
+            return False  # the other thread is sending; it looks for the next request after
+        try:
+            batch = self._queue.take_ready(max_waiting_bytes)
+            if batch is None:
+                return False
+            try:
+                self._send(batch)
+            except BaseException as e:
+                err = as_error(e, self.cluster, f"sending {self.api} failed")
+                for it in batch:
+                    it.future.set(error=err)
+                raise
+            now = time.monotonic()
+            for it in batch:
+                it.future.sent_at = now
+            self._after_send(batch)
+            # Handed to the receiver only once sent: answers come in send order. If the
+            # connection broke meanwhile (the receiver failed everything it knew of), these
+            # answers will never come: fail them now, not after a timeout.
+            broken = self._queue.sent(batch)
+            if broken is not None:
+                for it in batch:
+                    it.future.set(error=broken)
+                return False
+            self.requests += 1
+            self.items += len(batch)
+            return True
+        finally:
+            self._send_lock.release()
 
     # -- receiving -------------------------------------------------------------------------------
 
@@ -188,6 +212,11 @@ class Pipeline(Generic[ItemT]):
                     # Only now: the answers' callbacks have submitted these partitions' next
                     # items, which go out together in the next request.
                     self._queue.answered()
+                # That request goes from here, without waking the sender thread and then this
+                # one again (two thread switches per request: most of a small batch's cost).
+                # Only a small one: while this thread sends it reads nothing, and a broker
+                # answering an earlier request may wait for that read before reading on.
+                self._send_next(RECEIVER_SENDS_BYTES, block=False)
         except PartsyncError as e:
             self._break(e)
         except Exception as e:  # noqa: BLE001 - a bug; fail everything rather than hang

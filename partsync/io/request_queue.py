@@ -113,50 +113,50 @@ class RequestQueue(Generic[ItemT]):
         return self._in_flight < self._max_in_flight and self._ready()
 
     def _next_request(self) -> list[ItemT]:
-        """The waiting items that may share one request: the first of each partition, in
-        submission order, up to the byte cap. Caller holds the condition."""
-        taken: list[ItemT] = []
-        seen: set[tuple[str, int]] = set()
-        size = 0
-        keep: collections.deque[ItemT] = collections.deque()
-        for it in self._waiting:
-            key = (it.topic, it.partition)
-            if it.cancelled():
-                it.future.set(error=self._not_sent())
-                continue
-            if key in seen or (taken and size + it.size > self._max_request_bytes):
-                keep.append(it)
-                seen.add(key)  # a later item of this partition must wait behind this one
-                continue
-            seen.add(key)
-            taken.append(it)
-            size += it.size
-        self._waiting = keep
-        self._waiting_bytes = sum(it.size for it in keep)
+        """The waiting items that may share one request (``_pack``). Caller holds the
+        condition."""
+        taken, self._waiting = _pack(self._waiting, self._max_request_bytes, self._not_sent)
+        self._waiting_bytes = sum(it.size for it in self._waiting)
         return taken
 
-    def take_request(self) -> list[ItemT] | None:
-        """Wait until a request should go and build it; None once the pipeline ends."""
+    def _ended(self) -> bool:
+        """Nothing more will be sent: broken, or closed with nothing left to drain."""
+        return self.broken is not None or (
+            self.closed and not (self._drain_on_close and self._waiting)
+        )
+
+    def wait_ready(self) -> bool:
+        """Wait until a request may go now; False once nothing more will be sent."""
         with self._cv:
-            while True:
-                if self.broken is not None:
-                    return None
-                if self.closed and not (self._drain_on_close and self._waiting):
-                    return None
-                if self._can_send():
-                    quiet = self._quiet_until - time.monotonic()
-                    if quiet <= 0:
-                        batch = self._next_request()
-                        if batch:
-                            # Counted now, not once sent: an answer handed out during the send
-                            # must still let what its callbacks submitted go out next.
-                            self._in_flight += 1
-                            self._answered_since_send = False
-                            return batch
-                        continue
+            while not self._ended():
+                if not self._can_send():
+                    self._cv.wait(0.5)
+                elif (quiet := self._quiet_until - time.monotonic()) > 0:
                     self._cv.wait(quiet)  # throttled: the broker reads nothing until then
-                    continue
-                self._cv.wait(0.5)
+                else:
+                    return True
+            return False
+
+    def take_ready(self, max_waiting_bytes: int | None = None) -> list[ItemT] | None:
+        """The next request's items, if one may go now; None otherwise. Given
+        ``max_waiting_bytes`` (the receiver asks) and more than that waiting, or throttled, the
+        sender thread is woken to send it (or wait it out) instead."""
+        with self._cv:
+            if self._ended() or not self._can_send():
+                return None
+            if self._quiet_until > time.monotonic() or (
+                max_waiting_bytes is not None and self._waiting_bytes > max_waiting_bytes
+            ):
+                self._cv.notify()
+                return None
+            batch = self._next_request()
+            if not batch:
+                return None  # every item waiting was cancelled
+            # Counted now, not once sent: an answer handed out during the send must still let
+            # what its callbacks submitted go out next.
+            self._in_flight += 1
+            self._answered_since_send = False
+            return batch
 
     def sent(self, batch: list[ItemT]) -> PartsyncError | None:
         """``batch`` went out: the receiver reads its answer next after those before it. The
@@ -197,7 +197,8 @@ class RequestQueue(Generic[ItemT]):
             self._in_flight -= 1
             self._active_at = time.monotonic()
             self._answered_since_send = True
-            self._cv.notify()
+            # No wake-up here: the receiver sends what the answer's callbacks submitted itself
+            # (``Pipeline._receive_loop``), or has ``take_ready`` wake the sender thread.
 
     # -- ending ----------------------------------------------------------------------------------
 
@@ -220,3 +221,27 @@ class RequestQueue(Generic[ItemT]):
             self.closed = True
             self._cv.notify_all()
             self._rcv.notify_all()
+
+
+def _pack(
+    waiting: collections.deque[ItemT], max_bytes: int, not_sent: Callable[[], PartsyncError]
+) -> tuple[list[ItemT], collections.deque[ItemT]]:
+    """The first waiting item of each partition, in submission order, up to ``max_bytes`` (at
+    least one), and the items left waiting; a cancelled item fails with ``not_sent()``."""
+    taken: list[ItemT] = []
+    seen: set[tuple[str, int]] = set()
+    size = 0
+    keep: collections.deque[ItemT] = collections.deque()
+    for it in waiting:
+        key = (it.topic, it.partition)
+        if it.cancelled():
+            it.future.set(error=not_sent())
+            continue
+        if key in seen or (taken and size + it.size > max_bytes):
+            keep.append(it)
+            seen.add(key)  # a later item of this partition must wait behind this one
+            continue
+        seen.add(key)
+        taken.append(it)
+        size += it.size
+    return taken, keep
