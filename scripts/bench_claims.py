@@ -1,11 +1,12 @@
-"""Every performance claim of issue 15, measured in one run: one row per claim, as a ratio or a
-difference against its own baseline measured alongside, never an absolute MB/s.
+"""Every performance claim of issues 15 and 38, measured in one run: one row per claim, as a
+ratio or a difference against its own baseline measured alongside, never an absolute MB/s
+(issue 38's scale rows are its absolute goals: threads, cores, MB, seconds).
 
-    python scripts/bench_claims.py [--only 1,2a,2a-kafka,2b,3,4,6] [--json claims.json]
-                                   [--markdown claims.md]
+    python scripts/bench_claims.py [--only 1,2a,2a-kafka,2b,3,4,6,38-scale,38-small,38-link]
+                                   [--json claims.json] [--markdown claims.md]
 
 Each claim runs the benchmark script that owns it (with sizes that keep the whole run to about
-11 minutes here), reads that script's JSON and compares the number with the goal:
+35 minutes here, 11 without issue 38's rows), reads that script's JSON and compares the number with the goal:
 
 =====  ======================================================  =================================
 claim  what                                                    script
@@ -18,6 +19,12 @@ claim  what                                                    script
 4      confluent mirror CPU/GB over partsync's (lz4, zstd)      bench.py --experiments main
 5      peak RSS at 128 partitions against --memory-budget       bench.py (with 2a)
 6      follow mode p50 latency at 50 records/s                  bench_follow.py (Kafka 4.1.1)
+38-    issue 38: follow 10,000 partitions (threads, idle CPU,   bench_scale.py (Kafka 4.1.1)
+scale  RSS, first catch-up, one record each mirrored in)
+38-    issue 38: small batches, records/s of the ideal under    bench.py --record-bytes 100
+small  partsync's rule, net CPU per record against MM2          (Kafka 4.1.1)
+38-    issue 38: two partitions on one connection over a 40 ms  bench_link.py
+link   link (1, 2, 8 MB/s), K=8 at 2 MB/s
 =====  ======================================================  =================================
 
 A claim whose script fails is reported as such (and the run exits 1); the others still run.
@@ -262,6 +269,147 @@ def claim_6() -> list[Row]:
     ]
 
 
+def claim_scale() -> list[Row]:
+    """Issue 38: one follower over 10,000 partitions (Kafka 4.1.1)."""
+    r = _script(
+        "bench_scale.py",
+        "--partitions",
+        "10000",
+        "--settle",
+        "15",
+        "--idle-s",
+        "30",
+        "--json",
+        timeout=2400,
+    )
+    what = "follow, 10,000 partitions in one process"
+    return [
+        Row("38-scale", f"{what}: threads", str(r["threads"]), "<= 64", r["threads"] <= 64),
+        Row(
+            "38-scale",
+            f"{what}: idle CPU",
+            f"{r['idle_cpu_cores']:.3f} core",
+            "<= 0.05 core",
+            r["idle_cpu_cores"] <= 0.05,
+        ),
+        Row("38-scale", f"{what}: RSS", f"{r['rss_mb']:.0f} MB", "<= 512 MB", r["rss_mb"] <= 512),
+        Row(
+            "38-scale",
+            f"{what}: first catch-up of one record each",
+            f"{r['catchup_s']:.1f} s",
+            "<= 30 s",
+            r["catchup_s"] <= 30,
+        ),
+        Row(
+            "38-scale",
+            f"{what}: one new record on every partition mirrored in",
+            f"{r['latency_s']:.2f} s",
+            "<= 5 s",
+            r["latency_s"] <= 5,
+        ),
+    ]
+
+
+def _records_per_s(row: dict[str, Any]) -> float:
+    return float(row["source_records"]) / float(row["wall_s"])
+
+
+def _net_cpu_per_m_records(row: dict[str, Any]) -> float:
+    """CPU seconds per million records, net of the contender's run on an empty topic (bench.py
+    gives it per GB of the topic's stored bytes)."""
+    net_cpu_s = float(row["net_cpu_s_per_gb"]) * row["source_bytes"] / 1e9
+    return float(net_cpu_s / (row["source_records"] / 1e6))
+
+
+def claim_small() -> list[Row]:
+    """Issue 38: the seed's small batches (100-byte records, ~9 a batch, 8 partitions, Kafka
+    4.1.1): records/s against the ideal under partsync's own rule (fenced, one batch per
+    partition in flight), and CPU per million records against MirrorMaker 2, net of each
+    one's run on an empty topic (MirrorMaker 2's JVM start)."""
+    doc = _bench_json(
+        "--broker",
+        "kafka",
+        "--experiments",
+        "main",
+        "--contenders",
+        "partsync,ideal-fenced-1,mirrormaker2",
+        "--record-bytes",
+        "100",
+        "--producer-batch-bytes",
+        "2000",
+        "--size-mb",
+        "20",
+        "--partitions",
+        "8",
+    )
+    out = []
+    for codec in ("none", "lz4", "zstd"):
+        rows = {
+            r["contender"]: r
+            for r in doc["rows"]
+            if r["experiment"] == "main" and r["codec"] == codec
+        }
+        ps, ideal, mm2 = rows["partsync"], rows["ideal-fenced-1"], rows["mirrormaker2"]
+        speed = _records_per_s(ps) / _records_per_s(ideal)
+        cpu, cpu_mm2 = _net_cpu_per_m_records(ps), _net_cpu_per_m_records(mm2)
+        out += [
+            Row(
+                "38-small",
+                f"small batches, {codec}: partsync / ideal-fenced-1 records/s",
+                f"{speed:.2f}",
+                ">= 0.9",
+                speed >= 0.9,
+            ),
+            Row(
+                "38-small",
+                f"small batches, {codec}: CPU s per million records, net, partsync vs MM2",
+                f"{cpu:.1f} vs {cpu_mm2:.1f} ({cpu / cpu_mm2:.2f}x)",
+                "below MM2's",
+                cpu < cpu_mm2,
+            ),
+        ]
+    return out
+
+
+def claim_far_link() -> list[Row]:
+    """Issue 38: two partitions over one connection fill a 40 ms link (1, 2 and 8 MB/s; 8 MB/s
+    with 64 MB, whose steady state the first round trips do not hide), and K=8 connections at
+    2 MB/s each."""
+    out = []
+    for rate, mb in (("1", "24"), ("2", "24"), ("8", "64")):
+        doc = _script(
+            "bench_link.py",
+            *("--mb", mb, "--partitions", "2", "--ks", "1", "--rate-mb", rate),
+            *("--chunk-offsets", "50000", "--json"),
+        )
+        cap = doc["rows"][0]["of_capacity"]
+        out.append(
+            Row(
+                "38-link",
+                f"one connection, 2 partitions, a {rate} MB/s 40 ms link: of capacity",
+                f"{cap:.2f}",
+                ">= 0.9",
+                cap >= 0.9,
+            )
+        )
+    doc = _script(
+        "bench_link.py",
+        *("--mb", "49", "--partitions", "2", "--ks", "1,8", "--rate-mb", "2"),
+        *("--chunk-offsets", "50000", "--json"),
+    )
+    k8 = next(r for r in doc["rows"] if r["k"] == 8)
+    out.append(
+        Row(
+            "38-link",
+            "K=8 connections, 2 partitions, 2 MB/s each",
+            f"x{k8['vs_k1']:.2f} of K=1, {k8['of_capacity']:.2f} of capacity",
+            ">= x6, >= 0.6",
+            k8["vs_k1"] >= 6 and k8["of_capacity"] >= 0.6,
+        )
+    )
+    return out
+
+
 CLAIMS: dict[str, tuple[tuple[str, ...], Callable[[], list[Row]]]] = {
     "1": (("1",), claim_1),
     "2a": (("2a", "5"), claims_2a_5),
@@ -270,6 +418,9 @@ CLAIMS: dict[str, tuple[tuple[str, ...], Callable[[], list[Row]]]] = {
     "3": (("3",), claim_3),
     "4": (("4",), claim_4),
     "6": (("6",), claim_6),
+    "38-scale": (("38-scale",), claim_scale),
+    "38-small": (("38-small",), claim_small),
+    "38-link": (("38-link",), claim_far_link),
 }
 
 
