@@ -229,12 +229,14 @@ class PartitionRunner:
         if self.observer:
             self.observer.observe(result)
 
-    def _progress(self, topic: str, partition: int, size: int, next_offset: int) -> None:
+    def note_progress(self, topic: str, partition: int, size: int, next_offset: int) -> None:
+        """The engine's progress callback where an observer watches liveness."""
         self.progressed = time.monotonic()
         if self.progress is not None:
             self.progress(topic, partition, size, next_offset)
 
-    def _finished(self, tp: TopicPartition) -> None:
+    def partition_finished(self, tp: TopicPartition) -> None:
+        """The engine's callback once a partition has no more rounds."""
         with self._lock:
             self._running -= 1
         self.wake.set()
@@ -328,10 +330,10 @@ def _engine(runner: PartitionRunner) -> Engine:
         follow=runner.opts.follow,
         # With an observer, each verified append also stamps the runner's progress
         # (liveness): a field update per batch, read by the control loop.
-        progress=runner._progress if observer else runner.progress,
+        progress=runner.note_progress if observer else runner.progress,
         on_round=runner.record,
         on_plan=observer.observe_plan if observer else None,
-        on_finished=runner._finished,
+        on_finished=runner.partition_finished,
         handed_over=lambda: not runner.stop.is_set(),
     )
 
