@@ -279,6 +279,7 @@ def test_the_local_log_start_follows_the_sources_into_the_first_batch(
 
 
 @pytest.mark.kafka_only
+@pytest.mark.kafka_versions  # the filler stamp the local topic accepts: Kafka 3.9 and 4
 def test_time_lookups_on_a_mirror_started_at_the_log_start_answer_as_the_sources(
     clusters: Clusters, psync: Run, topic: str
 ) -> None:
