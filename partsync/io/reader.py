@@ -98,6 +98,8 @@ class RangeRead:
         self.size = fetch_bytes
         # The least the next fetch must ask for: 4 times a fetch that held no whole batch.
         self.least = 0
+        # Answers in a row that held no bytes at all (not even part of a batch).
+        self.empty = 0
         self.done = start >= end
 
     def request(self) -> tuple[int, int]:
@@ -141,9 +143,17 @@ class RangeRead:
                     partition=self.partition,
                     offset=offset,
                 )
-            # A batch bigger than the fetch: ask for more next time.
-            self.least = min(MAX_FETCH_BYTES, asked * 4)
-            self.size = max(self.size, self.least)
+            # No bytes at all is first taken for a full response (Kafka fills a Fetch answer's
+            # max_bytes partition by partition; later ones then get none) and asked again as
+            # it was: growing it would have the broker send bytes past the range, which are
+            # dropped (on a slow link a tenth of the copy). Part of a batch, or nothing twice:
+            # a batch bigger than the fetch, so ask for more next time.
+            self.empty = 0 if len(f.records) else self.empty + 1
+            if self.empty != 1:
+                self.least = min(MAX_FETCH_BYTES, asked * 4)
+                self.size = max(self.size, self.least)
+        else:
+            self.empty = 0
         return Fetched(got, len(f.records), asked, beyond)
 
 

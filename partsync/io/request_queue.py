@@ -156,6 +156,8 @@ class RequestQueue(Generic[ItemT]):
             # what its callbacks submitted go out next.
             self._in_flight += 1
             self._answered_since_send = False
+            if self._can_send():
+                self._cv.notify()  # more may go at once (a far lane's asks): the sender sends it
             return batch
 
     def sent(self, batch: list[ItemT]) -> PartsyncError | None:
