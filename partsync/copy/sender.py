@@ -125,6 +125,11 @@ class Sender:
             return time.monotonic() - sent.at > 2 * self.answer_timeout
         return time.monotonic() - t0 > self.answer_timeout
 
+    def _has_room(self) -> bool:
+        """The appender waiting with ``STAGED_MAX`` staged may stage more (half of them went).
+        Caller holds the condition."""
+        return len(self._staged) <= STAGED_MAX // 2
+
     def _wait(self, done: Callable[[], bool]) -> None:
         """Wait (holding the condition) until ``done()``, the copy stops, or the append in
         flight is unanswered for too long."""
@@ -166,7 +171,7 @@ class Sender:
                 if wait and len(self._staged) >= STAGED_MAX:
                     # Woken by every answer's check (``_submit`` or ``_answered`` notify).
                     try:
-                        self._wait(lambda: len(self._staged) <= STAGED_MAX // 2)
+                        self._wait(self._has_room)
                     except BaseException:
                         self._staged.clear()  # given up: nobody may send them later
                         raise
@@ -192,7 +197,7 @@ class Sender:
             self.outstanding = sent
             # Only the appender's wait for room (``send``) waits on a submit: wake it once
             # there is room, not at every batch (a futile wake-up costs a thread switch).
-            if len(self._staged) <= STAGED_MAX // 2:
+            if self._has_room():
                 self._cv.notify_all()
         fut.on_done(lambda f: self._answered(sent, f))
 

@@ -166,9 +166,7 @@ class Pipeline(Generic[ItemT]):
             try:
                 self._send(batch)
             except BaseException as e:
-                err = as_error(e, self.cluster, f"sending {self.api} failed")
-                for it in batch:
-                    it.future.set(error=err)
+                _fail(batch, as_error(e, self.cluster, f"sending {self.api} failed"))
                 raise
             now = time.monotonic()
             for it in batch:
@@ -179,8 +177,7 @@ class Pipeline(Generic[ItemT]):
             # answers will never come: fail them now, not after a timeout.
             broken = self._queue.sent(batch)
             if broken is not None:
-                for it in batch:
-                    it.future.set(error=broken)
+                _fail(batch, broken)
                 return False
             self.requests += 1
             self.items += len(batch)
@@ -199,9 +196,7 @@ class Pipeline(Generic[ItemT]):
                 except BaseException as e:
                     # This request is no longer among the queue's requests sent: fail it
                     # here, or its partitions would wait for an answer that never comes.
-                    err = as_error(e, self.cluster, f"{self.api} failed")
-                    for it in batch:
-                        it.future.set(error=err)
+                    _fail(batch, as_error(e, self.cluster, f"{self.api} failed"))
                     raise
                 throttle_ms = self._throttle_ms()
                 try:
@@ -241,3 +236,9 @@ class Pipeline(Generic[ItemT]):
         self._sender.join(timeout=timeout)
         self._receiver.join(timeout=timeout)
         self._break(ClusterError(f"{self.label} closed", cluster=self.cluster))
+
+
+def _fail(batch: list[ItemT], err: PartsyncError) -> None:
+    """Fail every item of a request that will never be answered."""
+    for it in batch:
+        it.future.set(error=err)
