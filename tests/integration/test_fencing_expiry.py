@@ -5,14 +5,15 @@ The leader compares a producer's epoch only with its producer-state entry, which
 timestamp, so copied historical data expires at the next sweep. Then an older epoch is
 accepted again: a fenced writer's append can land. A local broker with a 2 s expiry, swept
 every 0.5 s, shows both the rule and that partsync's ownership lease (checked right before
-each Produce request is built, ``io.group_lease.LeasedStop``) keeps a paused follower from
-writing after another took its partitions over.
+each Produce request is built, ``io.group_lease.LeasedStop``) keeps a follower whose lease ran
+out from writing after another took its partitions over, even when its copy threads run and
+the threads that would tell it (lease watchdog, group heartbeat) do not: those two are held
+stopped from outside with ptrace (``tests.support.freeze``), so the test fails without the
+check.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from partsync.demo.data import (
 )
 from partsync.io.cluster import Cluster
 from partsync.wire.batch import rewrite_for_append
+from tests.integration.kafka_proxy import StrictProxy
 from tests.integration.sync_support import (
     cluster_ref,
     ends,
@@ -36,6 +38,7 @@ from tests.integration.sync_support import (
     records,
     write_config,
 )
+from tests.support.freeze import Freezer, thread_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
 
@@ -107,49 +110,66 @@ def test_an_old_epoch_is_accepted_once_its_state_expired(
         assert code == 0
 
 
-def test_a_paused_follower_writes_nothing_after_another_took_over(
+def test_a_follower_past_its_lease_writes_nothing_after_another_took_over(
     broker_factory: Callable[[str], Broker], expiring_local: Broker, topic: str, tmp_path: Path
 ) -> None:
-    """Follower A copies historical data, is paused (SIGSTOP) past its group session, B takes
-    the partition over and copies on, the producer state of those old batches expires, and A
-    resumes while the source grows: A sends nothing (its lease ran out), and the mirror is the
+    """Follower A copies historical data and is then stopped whole, B takes the partition over
+    and copies on, and the producer state of those old batches expires. A's data path then runs
+    again while its lease watchdog and group heartbeat stay stopped, as after a pause where the
+    copy threads happen to run first: nothing but the lease check before each Produce stops A
+    (the broker's epoch fencing is void by now). A sends nothing, and the mirror is the
     source's, record for record."""
     from tests.integration.test_follow import Follower, _wait
 
     source = broker_factory("a")
     create_topic(source.bootstrap, topic, 1, UNLIMITED_RETENTION)
     create_topic(expiring_local.bootstrap, topic, 1, UNLIMITED_RETENTION)
-    config = write_config(tmp_path / "partsync.toml", {"a": source, "local": expiring_local})
+    clusters = {"a": source, "local": expiring_local}
+    config = write_config(tmp_path / "partsync.toml", clusters)
     produce(source.bootstrap, topic, records(200, seed=1), partition=0)
     group = f"g-{topic}"
-    a = Follower(config, topic, group, tmp_path / "a.log")
+    # A reaches the local cluster through the proxy, which counts the Produce requests it sends.
+    proxy = StrictProxy(expiring_local.bootstrap)
+    config_a = write_config(tmp_path / "a.toml", clusters, addresses={"local": proxy.bootstrap})
+    a = Follower(config_a, topic, group, tmp_path / "a.log", module="tests.support.named_threads")
     b: Follower | None = None
+    freezer = Freezer(a.proc.pid)
     try:
         _wait("A's copy", lambda: ends(expiring_local, topic, 1)[0] == 200, 60, a.stderr)
-        os.kill(a.proc.pid, signal.SIGSTOP)
-        try:
-            b = Follower(config, topic, group, tmp_path / "b.log")
-            produce(source.bootstrap, topic, records(100, seed=2), partition=0)
-            _wait(
-                "B's copy after A's session ran out",
-                lambda: ends(expiring_local, topic, 1)[0] == 300,
-                90,
-                b.stderr,
-            )
-            time.sleep(3.0)  # the copied batches' producer state has expired
-        finally:
-            os.kill(a.proc.pid, signal.SIGCONT)
+        threads = thread_names(a.proc.pid)
+        # The two threads that learn of a lost lease: the watchdog and the group's heartbeat.
+        guards = [t for t, name in threads.items() if name.startswith(("lease-g-", "group-g-"))]
+        assert len(guards) == 2, threads
+        others = [t for t in threads if t not in guards]
+        freezer.stop(guards, blocked=True)
+        freezer.stop(others)
+        b = Follower(config, topic, group, tmp_path / "b.log")
+        produce(source.bootstrap, topic, records(100, seed=2), partition=0)
+        _wait(
+            "B's copy after A's session ran out",
+            lambda: ends(expiring_local, topic, 1)[0] == 300,
+            90,
+            b.stderr,
+        )
+        time.sleep(3.0)  # the copied batches' producer state has expired
+        sent_by_a = proxy.produce_requests_seen
+        freezer.thaw(others)
         produce(source.bootstrap, topic, records(100, seed=3), partition=0)
         _wait(
-            "B's copy of what came while A resumed",
+            "B's copy of what came while A's copy threads ran",
             lambda: ends(expiring_local, topic, 1)[0] == 400,
             60,
             b.stderr,
         )
-        time.sleep(3.0)  # A's rounds, had it written, would have landed by now
+        time.sleep(3.0)  # A's appends, had it sent any, would have been answered by now
+        # Whether a stray append lands (a duplicate) or is fenced depends on which of A and B
+        # sends first; that A sends none does not.
+        assert proxy.produce_requests_seen == sent_by_a, a.stderr()
     finally:
+        freezer.close()
         for f in (a, b):
             if f is not None:
                 f.stop()
+        proxy.close()
     assert ends(expiring_local, topic, 1)[0] == 400
     assert_partitions_identical(source.bootstrap, expiring_local.bootstrap, topic, 1)

@@ -106,13 +106,21 @@ def _fill(broker: Broker, topic: str, n: int, seed: int, partitions: int = PARTI
 
 
 class Follower:
-    def __init__(self, config: Path, topic: str, group: str, log: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        config: Path,
+        topic: str,
+        group: str,
+        log: Path,
+        *extra: str,
+        module: str = "partsync",
+    ) -> None:
         self.port = free_port()
         self.log = log
         argv = [
             sys.executable,
             "-m",
-            "partsync",
+            module,
             "--config",
             str(config),
             "-v",
