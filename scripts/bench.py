@@ -519,6 +519,18 @@ def _vm_hwm_kib(status_file: str) -> int:
     return 0
 
 
+# --pin-cpus: the brokers on the first CPU, every measured process on the second, so a
+# contender's own CPU cost decides its speed instead of how it shares two cores with the brokers.
+PIN: tuple[set[int], set[int]] | None = None
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit their creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def run_measured(argv: list[str], *, cwd: str, timeout: float) -> Measured:
     """Run one process; return its wall time, its own CPU time (wait4) and its peak RSS.
 
@@ -526,11 +538,18 @@ def run_measured(argv: list[str], *, cwd: str, timeout: float) -> Measured:
     Linux carries the forking parent's high-water mark over fork and exec into ru_maxrss, so it
     would report this harness's size for every small child.
     """
+    if PIN is not None:  # taskset execs the process: it runs nothing before it is pinned
+        argv = ["taskset", "-c", ",".join(map(str, sorted(PIN[1]))), *argv]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         started = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+            argv,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
         )
         deadline = started + timeout
         hwm_kib = 0
@@ -708,6 +727,8 @@ class Bench:
         else:
             b = start_noida(self.tmp / f"noida-{n}")
         self.brokers.append(b)
+        if PIN is not None and b.process is not None:
+            pin_threads(b.process.pid, PIN[0])
         return b
 
     def stop_broker(self, b: BenchBroker) -> None:
@@ -1429,12 +1450,24 @@ def main(argv: list[str] | None = None) -> int:
         "in-flight budget; noop: in-sync topic with many partitions; digest: "
         "scripts/bench_digest.py (default all; --smoke --broker kafka: main,digest)",
     )
+    ap.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="brokers on CPU 0, each measured process on CPU 1: a contender's own CPU cost, "
+        "apart from the brokers it otherwise shares the cores with (needs 2 CPUs)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the result tables as Markdown here")
     args = ap.parse_args(argv)
     cache_bytecode()
     s = settings_from(args)
+    if args.pin_cpus:
+        global PIN
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            ap.error("--pin-cpus needs two CPUs")
+        PIN = ({cpus[0]}, {cpus[1]})
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -104,7 +104,7 @@ class FetchLane(Pipeline[_Ask]):
         max_wait_ms: int = 500,
         cancelled: Callable[[], bool] = lambda: False,
     ) -> FetchAnswer:
-        fut = FetchAnswer()
+        fut: FetchAnswer = Answer()  # not FetchAnswer(): see SharedWriter.submit
         self._enqueue(_Ask(topic, partition, size, cancelled, fut, offset, max_wait_ms))
         return fut
 
