@@ -14,9 +14,12 @@ check.
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -40,6 +43,9 @@ from tests.integration.sync_support import (
 )
 from tests.support.freeze import Freezer, thread_names
 
+if TYPE_CHECKING:
+    from tests.integration.test_follow import Follower
+
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
 
 EXPIRY = {"producer.id.expiration.ms": "2000", "producer.id.expiration.check.interval.ms": "500"}
@@ -57,7 +63,17 @@ def expiring_local(broker_mode: str, tmp_path: Path) -> Iterator[Broker]:
         broker.stop()
 
 
-def _append(conn: Connection, topic: str, batch: bytes) -> int:
+def _stop(follower: Follower) -> None:
+    """Stop a follower; one that does not stop in time is killed (no process outlives the test)."""
+    try:
+        follower.stop()
+    except subprocess.TimeoutExpired:
+        follower.proc.kill()
+        follower.proc.wait()
+        raise
+
+
+def _append(conn: Connection, topic: str, batch: bytes | bytearray) -> int:
     conn.send_produce(topic, {0: batch}, acks=-1)
     return conn.receive_produce()[0].error_code
 
@@ -129,12 +145,17 @@ def test_a_follower_past_its_lease_writes_nothing_after_another_took_over(
     produce(source.bootstrap, topic, records(200, seed=1), partition=0)
     group = f"g-{topic}"
     # A reaches the local cluster through the proxy, which counts the Produce requests it sends.
-    proxy = StrictProxy(expiring_local.bootstrap)
-    config_a = write_config(tmp_path / "a.toml", clusters, addresses={"local": proxy.bootstrap})
-    a = Follower(config_a, topic, group, tmp_path / "a.log", module="tests.support.named_threads")
-    b: Follower | None = None
-    freezer = Freezer(a.proc.pid)
-    try:
+    config_a = tmp_path / "a.toml"
+    with contextlib.ExitStack() as cleanup:  # every step runs, last in first out
+        proxy = StrictProxy(expiring_local.bootstrap)
+        cleanup.callback(proxy.close)
+        write_config(config_a, clusters, addresses={"local": proxy.bootstrap})
+        a = Follower(
+            config_a, topic, group, tmp_path / "a.log", module="tests.support.named_threads"
+        )
+        cleanup.callback(_stop, a)
+        freezer = Freezer(a.proc.pid)
+        cleanup.callback(freezer.close)  # before A is stopped: a traced process cannot exit
         _wait("A's copy", lambda: ends(expiring_local, topic, 1)[0] == 200, 60, a.stderr)
         threads = thread_names(a.proc.pid)
         # The two threads that learn of a lost lease: the watchdog and the group's heartbeat.
@@ -144,6 +165,7 @@ def test_a_follower_past_its_lease_writes_nothing_after_another_took_over(
         freezer.stop(guards, blocked=True)
         freezer.stop(others)
         b = Follower(config, topic, group, tmp_path / "b.log")
+        cleanup.callback(_stop, b)
         produce(source.bootstrap, topic, records(100, seed=2), partition=0)
         _wait(
             "B's copy after A's session ran out",
@@ -165,11 +187,5 @@ def test_a_follower_past_its_lease_writes_nothing_after_another_took_over(
         # Whether a stray append lands (a duplicate) or is fenced depends on which of A and B
         # sends first; that A sends none does not.
         assert proxy.produce_requests_seen == sent_by_a, a.stderr()
-    finally:
-        freezer.close()
-        for f in (a, b):
-            if f is not None:
-                f.stop()
-        proxy.close()
     assert ends(expiring_local, topic, 1)[0] == 400
     assert_partitions_identical(source.bootstrap, expiring_local.bootstrap, topic, 1)
