@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -387,6 +386,8 @@ def load_config(
     path = find_config_path(explicit, env)
     if path is None:
         return Config(clusters={})
+    import tomllib  # only where there is a file to read: ~10 ms of a start
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

@@ -117,7 +117,6 @@ def _run(args: SyncArgs, req: SyncRequest, to_sync: GroupsToSync | None) -> JobO
     from partsync.io.pool import ClusterPool
     from partsync.run.planner import apply_topic_changes, plan_topics, resolve_topics
     from partsync.run.sync import default_group, run_job
-    from partsync.ui.progress import CopyProgress
 
     run_opts = args.run_options()
     stop = threading.Event()
@@ -135,6 +134,8 @@ def _run(args: SyncArgs, req: SyncRequest, to_sync: GroupsToSync | None) -> JobO
             # Before the first bytes: a one-shot run joins its group (Kafka may hold a new
             # group's first join for seconds), and every run fences before it writes.
             phase = "joining group" if not args.no_group and args.engine == "local" else "fencing"
+            from partsync.ui.progress import CopyProgress  # rich: not for --json or a pipe
+
             progress = CopyProgress(stderr.console, total, phase)
             progress.start(
                 {(p.topic, p.partition): p.local.end for tp in plans for p in tp.partitions},
@@ -193,8 +194,6 @@ def _run(args: SyncArgs, req: SyncRequest, to_sync: GroupsToSync | None) -> JobO
 def _render(args: SyncArgs, outcome: JobOutcome) -> None:
     """The report: one JSON document, or a table with its warnings, notes and summary; then
     a fatal error and a missed deadline on stderr."""
-    from partsync.ui.render import print_table, report_notes, report_table, summary_line
-
     report, code = outcome.report, outcome.exit_status
     if args.selection.as_json:
         doc = report.to_dict()
@@ -202,6 +201,8 @@ def _render(args: SyncArgs, outcome: JobOutcome) -> None:
             doc["error"] = error_doc("group", str(outcome.fatal), code, **outcome.fatal.to_dict())
         emit_json(doc)
     else:
+        from partsync.ui.render import print_table, report_notes, report_table, summary_line
+
         print_table(report_table(report))
         # The warnings first: they explain the refusals and errors below them.
         for tr in report.topics:

@@ -29,9 +29,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import crc32c
-
 from partsync.errors import CorruptBatchError, UnsafeError
+from partsync.wire.crc import crc32c
 
 __all__ = [
     "CODECS",
@@ -88,7 +87,7 @@ _DELETE_HORIZON_BIT = 0x40
 
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC32C of a whole batch's CRC-covered part (Attributes to the end)."""
-    return int(crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return int(crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
 
 
 def client_header(attributes: int, record_count: int, timestamp_ms: int) -> bytes:
@@ -334,8 +333,8 @@ def rewrite_parts(batch: Batch, producer_id: int, producer_epoch: int, sequence:
     tail = batch.data[HEADER_SIZE:]
     _BASE_OFFSET.pack_into(head, 0, 0)
     _PRODUCER.pack_into(head, PRODUCER_OFFSET, producer_id, producer_epoch, sequence)
-    crc = crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])
-    _CRC.pack_into(head, CRC_OFFSET, crc32c.crc32c(tail, value=crc))
+    crc = crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])
+    _CRC.pack_into(head, CRC_OFFSET, crc32c(tail, value=crc))
     return Rewritten(bytes(head), tail)
 
 
