@@ -457,3 +457,13 @@ def test_refusals_are_unsafe_errors_with_exit_status_3() -> None:
         check_appendable(parse(build(offsets=[0, 9])))
     assert int(exc.value.exit_status) == 3
     assert not exc.value.retriable
+
+
+def test_the_crc_function_is_crc32c_without_its_package() -> None:
+    import crc32c
+
+    from partsync.wire.crc import crc32c as loaded
+
+    assert loaded(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert loaded(b"6789", value=loaded(b"12345")) == loaded(b"123456789")
+    assert loaded(memoryview(b"xx123456789")[2:]) == crc32c.crc32c(b"123456789")
