@@ -161,28 +161,27 @@ def test_a_follower_past_its_lease_writes_nothing_after_another_took_over(
         # The two threads that learn of a lost lease: the watchdog and the group's heartbeat.
         guards = [t for t, name in threads.items() if name.startswith(("lease-g-", "group-g-"))]
         assert len(guards) == 2, threads
-        others = [t for t in threads if t not in guards]
         freezer.stop(guards, blocked=True)
-        freezer.stop(others)
+        # Every other thread too, also one started while they were being stopped: A whole.
+        others: set[int] = set()
+        while new := set(thread_names(a.proc.pid)) - others - set(guards):
+            freezer.stop(new)
+            others |= new
         b = Follower(config, topic, group, tmp_path / "b.log")
         cleanup.callback(_stop, b)
-        produce(source.bootstrap, topic, records(100, seed=2), partition=0)
-        _wait(
-            "B's copy after A's session ran out",
-            lambda: ends(expiring_local, topic, 1)[0] == 300,
-            90,
-            b.stderr,
-        )
+
+        def grow(seed: int, to: int, what: str, within: float) -> None:
+            """100 more source records, and wait until the mirror holds ``to`` (B's copy)."""
+            produce(source.bootstrap, topic, records(100, seed=seed), partition=0)
+            _wait(what, lambda: ends(expiring_local, topic, 1)[0] == to, within, b.stderr)
+
+        grow(2, 300, "B's copy after A's session ran out", 90)
         time.sleep(3.0)  # the copied batches' producer state has expired
         sent_by_a = proxy.produce_requests_seen
         freezer.thaw(others)
-        produce(source.bootstrap, topic, records(100, seed=3), partition=0)
-        _wait(
-            "B's copy of what came while A's copy threads ran",
-            lambda: ends(expiring_local, topic, 1)[0] == 400,
-            60,
-            b.stderr,
-        )
+        # A's interpreter runs (its metrics server answers): stopped guards hold no GIL.
+        a.scrape()
+        grow(3, 400, "B's copy of what came while A's copy threads ran", 60)
         time.sleep(3.0)  # A's appends, had it sent any, would have been answered by now
         # Whether a stray append lands (a duplicate) or is fenced depends on which of A and B
         # sends first; that A sends none does not.
