@@ -49,8 +49,8 @@ def _load_extension() -> Any:
                 return None
             module = importlib.util.module_from_spec(ext)
             ext.loader.exec_module(module)
-            # Registered under its own name: a later ``import crc32c`` reuses it (a C extension
-            # of the old kind must not be initialised twice).
+            # Registered under its own name, so a later ``import crc32c`` reuses this module
+            # instead of loading the extension a second time.
             sys.modules[_EXTENSION] = module
             return module
     return None
