@@ -67,17 +67,23 @@ def append_in_order(
                 try:
                     item = stream.items.get(timeout=0.5)
                 except queue.Empty:
+                    sender.check_due()  # batches staged by _append_plain may wait on it
                     continue
                 if item is END:
                     if first and stream.boundary is not None:
                         carried = stream.boundary  # empty: a straddling batch covered it
                     break
                 assert isinstance(item, list)
+                if first and item:
+                    first = False
+                    _check_agreement(ctx, source, stream.boundary or carried, last, last_source)
+                    carried = None
+                plain = _plain_sender(ctx, item, last, expected, sender, replay, source)
+                if plain is not None:
+                    expected = _append_plain(ctx, plain, item, expected, source)
+                    last, last_source = item[-1], source
+                    continue
                 for b in item:  # the batches of one fetch answer, in order
-                    if first:
-                        first = False
-                        _check_agreement(ctx, source, stream.boundary or carried, last, last_source)
-                        carried = None
                     if ctx.plan.bootstrap and last is None and b.base_offset >= expected:
                         # The mirror starts at the sources' log start: fill up to this batch,
                         # then move the local log start past the fillers, before the first
@@ -126,6 +132,48 @@ def append_in_order(
         finish(ctx, sender, session)
         if ctx.failed.is_set():
             ctx.close_all()  # wakes fetchers blocked on a connection
+
+
+def _plain_sender(
+    ctx: CopyContext,
+    batches: list[Batch],
+    last: Batch | None,
+    expected: int,
+    sender: Sender,
+    replay: TxnReplay | None,
+    source: str,
+) -> Sender | None:
+    """The sender for a fetch answer's ``batches`` when all of them are plain appends (the
+    common case): no transaction to replay, no hole to fill, not a bootstrap's first batch or
+    the batch holding the sources' log start. None sends them one by one."""
+    if not batches or ctx.opts.fill_holes:
+        return None
+    if ctx.plan.bootstrap and (last is None or expected <= ctx.plan.copy_start):
+        return None
+    if replay is None:
+        return sender  # check_next refuses a transactional batch
+    for b in batches:
+        if b.is_transactional or b.is_control:
+            return None
+    return replay.plain_sender(source)
+
+
+def _append_plain(
+    ctx: CopyContext, sender: Sender, batches: list[Batch], expected: int, source: str
+) -> int:
+    """Check ``batches`` in order and stage them all on ``sender`` at once; returns the next
+    expected offset. A refused batch stops there: those before it are still sent (they are
+    the source's data, in order), then the refusal is raised."""
+    for i, b in enumerate(batches):
+        try:
+            check_next(ctx, b, expected, source)
+        except PartsyncError:
+            if i:
+                sender.send_all(batches[:i], source)
+            raise
+        expected = b.next_offset
+    sender.send_all(batches, source)
+    return expected
 
 
 def check_next(ctx: CopyContext, b: Batch, expected: int, source: str) -> None:

@@ -84,9 +84,10 @@ class Sender:
     ``_answered``) submits the first of them only after the previous batch landed at the
     source's offset, and drops them all after a failure or a stop (the appender then sees the
     copy stopping). Submitting from the answer's check means the partitions answered together
-    are in the writer together again when it sends its next request. The appender stages up
-    to ``STAGED_MAX`` batches and, when full, waits until half of them went: one wake-up per
-    few batches, not one per batch."""
+    are in the writer together again when it sends its next request. A fetch answer's plain
+    batches are staged all at once (``send_all``: the copy's byte budget bounds them); batches
+    sent one by one (transactions, fillers, hole records) stage up to ``STAGED_MAX`` and then
+    wait until half of them went: one wake-up per few batches, not one per batch."""
 
     def __init__(self, ctx: CopyContext, writer: Any, session: ProducerSession) -> None:
         self.ctx, self.writer = ctx, writer
@@ -99,35 +100,10 @@ class Sender:
         self._staged: collections.deque[_Next] = collections.deque()
 
     def _drop_unsent(self) -> bool:
-        """Batches submitted but not yet sent are dropped once an append failed or went to the
-        wrong offset (stop writing at once) or a stop was requested. A refusal of a *later*
-        batch does not drop them: what came before it is still the source's data, in order."""
-        return self.ctx.append_failed.is_set() or self.ctx.external_stop.is_set()
-
-    def _no_answer(self, sent: _Sent) -> PartsyncError:
-        self.ctx.unconfirmed_end = sent.next_offset  # sent; the broker may have appended it
-        return ClusterError(
-            f"no Produce answer for batch {sent.base}..{sent.next_offset - 1} within "
-            f"{self.answer_timeout:.0f}s",
-            cluster=self.ctx.local.name,
-            topic=self.ctx.topic,
-            partition=self.ctx.partition,
-            offset=sent.base,
-        )
-
-    def _overdue(self, sent: _Sent) -> bool:
-        """No answer in time. The clock starts when the writer sent the request (a batch may
-        first wait for the writer's request in flight), or, not sent yet, at twice the limit."""
-        if sent.future.done():
-            return False
-        t0 = sent.future.sent_at
-        if t0 is None:
-            return time.monotonic() - sent.at > 2 * self.answer_timeout
-        return time.monotonic() - t0 > self.answer_timeout
+        return _dropping(self.ctx)
 
     def _has_room(self) -> bool:
-        """The appender waiting with ``STAGED_MAX`` staged may stage more (half of them went).
-        Caller holds the condition."""
+        """Half of the ``STAGED_MAX`` staged went (caller holds the condition)."""
         return len(self._staged) <= STAGED_MAX // 2
 
     def _wait(self, done: Callable[[], bool]) -> None:
@@ -136,13 +112,19 @@ class Sender:
         while not done():
             self._cv.wait(0.5)
             self.ctx.check_running()
-            sent = self.outstanding
-            if not done() and sent is not None and self._overdue(sent):
-                err = self._no_answer(sent)
-                self.ctx.fail(err)  # before append_failed: what that drops is not "a stop"
-                self.ctx.append_failed.set()
-                raise err
+            if not done():
+                self._fail_overdue()
         self.ctx.check_running()  # a staged batch dropped because the copy stopped
+
+    def _fail_overdue(self) -> None:
+        """Fail the copy (and raise) if the append in flight has had no answer in time.
+        Caller holds the condition."""
+        sent = self.outstanding
+        if self._in_flight and sent is not None and _overdue(sent, self.answer_timeout):
+            err = _no_answer(self.ctx, sent, self.answer_timeout)
+            self.ctx.fail(err)  # before append_failed: what that drops is not "a stop"
+            self.ctx.append_failed.set()
+            raise err
 
     def send(
         self,
@@ -165,9 +147,30 @@ class Sender:
         base = b.base_offset if at is None else at
         size = 0 if filler else b.size if size is None else size  # fillers hold no budget
         nxt = _Next(data, base, base + b.last_offset_delta + 1, size, source, filler, holes)
+        self._stage([nxt], wait)
+
+    def send_all(self, batches: list[Batch], source: str) -> None:
+        """Append the source's ``batches`` (checked by the appender, in order, none a filler
+        or re-encoded), staged at once without waiting for room (the copy's byte budget holds
+        their bytes until each is verified): one lock and no thread switch per batch.
+        ``check_due`` watches the append in flight while the appender waits for more."""
+        self.ctx.check_running()
+        seq, pid, epoch = self.sequence, self.pid, self.epoch
+        staged = []
+        for b in batches:
+            data = rewrite_parts(b, pid, epoch, seq)  # views, not copies
+            seq = (seq + b.record_count) & 0x7FFFFFFF
+            staged.append(_Next(data, b.base_offset, b.next_offset, b.size, source, False, 0))
+        self.sequence = seq
+        self._stage(staged, wait=False)
+
+    def _stage(self, staged: list[_Next], wait: bool) -> None:
+        """Submit the first of ``staged`` if nothing is in flight, and stage the rest behind
+        it for the answers' checks to submit in turn; with ``wait``, wait for room once
+        ``STAGED_MAX`` are staged."""
         with self._cv:
             if self._in_flight:
-                self._staged.append(nxt)  # the answers' checks submit it in turn
+                self._staged.extend(staged)
                 if wait and len(self._staged) >= STAGED_MAX:
                     # Woken by every answer's check (``_submit`` or ``_answered`` notify).
                     try:
@@ -177,7 +180,14 @@ class Sender:
                         raise
                 return
             self._in_flight = True
-        self._submit(nxt)
+            self._staged.extend(staged[1:])
+        self._submit(staged[0])
+
+    def check_due(self) -> None:
+        """Fail the copy if the append in flight is unanswered for too long (the appender, idle
+        between fetch answers with batches staged by ``send_all``, calls this)."""
+        with self._cv:
+            self._fail_overdue()
 
     def _submit(self, nxt: _Next) -> None:
         """Submit to the writer (never while holding the condition: the writer may run an
@@ -206,20 +216,7 @@ class Sender:
         try:
             outcome = _on_answer(self.ctx, sent, fut)
             with self._cv:
-                nxt = None
-                # A problem the appender found later (a disagreement, a gap, a refusal) does
-                # not drop what it staged before it: that is still the source's data, in
-                # order. Only a failed append or a stop request does.
-                if outcome is _Outcome.VERIFIED and not self._drop_unsent():
-                    nxt = self._staged.popleft() if self._staged else None
-                else:
-                    dropped = bool(self._staged)
-                    self._staged.clear()  # never sent: a failure or a stop
-                    if dropped and self.ctx.error is None:
-                        # A stop request dropped staged batches the appender will never look
-                        # at again: the copy did not end cleanly (and the session's sequence
-                        # counts them, so it must not be reused).
-                        self.ctx.fail(StoppedError("stopped on request before catching up"))
+                nxt = _next_staged(self.ctx, outcome, self._staged)
                 if nxt is None:
                     self._in_flight = outcome is _Outcome.FAILED  # failed: nothing more goes
             if nxt is not None:
@@ -258,9 +255,9 @@ class Sender:
                 sent = self.outstanding
                 if sent is None or self._checked is sent:
                     return True
-                if self._overdue(sent):
+                if _overdue(sent, self.answer_timeout):
                     if self.ctx.error is None:
-                        self.ctx.fail(self._no_answer(sent))
+                        self.ctx.fail(_no_answer(self.ctx, sent, self.answer_timeout))
                     # A late answer must not send what waits behind it: this copy has ended.
                     self.ctx.append_failed.set()
                     self._staged.clear()
@@ -271,6 +268,52 @@ class Sender:
         """Return once every append sent so far was verified."""
         with self._cv:
             self._wait(lambda: not self._in_flight)
+
+
+def _dropping(ctx: CopyContext) -> bool:
+    """Batches submitted or staged but not yet sent are dropped once an append failed or went
+    to the wrong offset (stop writing at once) or a stop was requested. A problem the appender
+    found later (a disagreement, a gap, a refusal) does not drop them: what came before it is
+    still the source's data, in order."""
+    return ctx.append_failed.is_set() or ctx.external_stop.is_set()
+
+
+def _next_staged(
+    ctx: CopyContext, outcome: _Outcome, staged: collections.deque[_Next]
+) -> _Next | None:
+    """The staged batch to submit once an answer's check gave ``outcome``: the first, unless
+    the batches are being dropped (``_dropping``), and then all of them are."""
+    if outcome is _Outcome.VERIFIED and not _dropping(ctx):
+        return staged.popleft() if staged else None
+    if staged and ctx.error is None:
+        # A stop request dropped staged batches the appender will never look at again: the
+        # copy did not end cleanly (and the session's sequence counts them, so it must not be
+        # reused).
+        ctx.fail(StoppedError("stopped on request before catching up"))
+    staged.clear()  # never sent: a failure or a stop
+    return None
+
+
+def _overdue(sent: _Sent, limit: float) -> bool:
+    """No answer within ``limit`` seconds. The clock starts when the writer sent the request (a
+    batch may first wait for the writer's request in flight), or, not sent yet, at twice it."""
+    if sent.future.done():
+        return False
+    t0 = sent.future.sent_at
+    if t0 is None:
+        return time.monotonic() - sent.at > 2 * limit
+    return time.monotonic() - t0 > limit
+
+
+def _no_answer(ctx: CopyContext, sent: _Sent, limit: float) -> PartsyncError:
+    ctx.unconfirmed_end = sent.next_offset  # sent; the broker may have appended it
+    return ClusterError(
+        f"no Produce answer for batch {sent.base}..{sent.next_offset - 1} within {limit:.0f}s",
+        cluster=ctx.local.name,
+        topic=ctx.topic,
+        partition=ctx.partition,
+        offset=sent.base,
+    )
 
 
 class _Outcome(enum.Enum):

@@ -141,6 +141,16 @@ class TxnReplay:
             if self._start_at is not None and h.next_offset > self._start_at:
                 self._set_log_start()
 
+    def plain_sender(self, source: str) -> Sender | None:
+        """Where ``source``'s batches outside any transaction may go directly, not through
+        ``send``: None while a transaction is held or a log start waits (``start_log_at``)."""
+        self._source = source
+        w = self._window
+        if w.holding or w.held_open or self._start_at is not None:
+            return None
+        self._switch(self.main)
+        return self.main
+
     def start_log_at(self, start: int) -> None:
         """A bootstrap's first copied batch holds the sources' log start ``start``: once it is
         appended (now, or when the transactions held with it go), the local log start is moved

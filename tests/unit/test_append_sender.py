@@ -274,3 +274,83 @@ def test_a_problem_found_after_staging_still_appends_what_was_staged_before_it()
     writer.answer(2, 6)
     assert sender.settle() and writer.count() == 3 and ctx.confirmed_end == 9
     assert isinstance(ctx.error, DivergenceError)
+
+
+def _source_batches(n: int) -> list[Batch]:
+    """``n`` source batches of three records each, at offsets 0, 3, 6, ..."""
+    from tests.unit.diffkit import make_batch, records
+
+    return [
+        Batch.parse(memoryview(make_batch(records(3, seed=i), base_offset=3 * i))) for i in range(n)
+    ]
+
+
+def test_send_all_stages_a_whole_answer_and_the_checks_send_it_one_by_one() -> None:
+    """A fetch answer's plain batches are staged at once (no wait for room, however many):
+    one append in flight, each next one submitted by the previous answer's check, each with
+    the next sequence of the session's producer."""
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    batches = _source_batches(3 * STAGED_MAX)
+    sender.send_all(batches, "a")  # returns at once: nothing waits for room
+    assert writer.count() == 1
+    for i in range(len(batches)):
+        assert writer.count() == i + 1  # the next goes only once this one is verified
+        head = bytes(writer.submitted[i][0].head)
+        rewritten = Batch.parse(memoryview(head + bytes(writer.submitted[i][0].tail)))
+        assert (rewritten.producer_id, rewritten.base_sequence) == (7, 3 * i)
+        assert rewritten.crc_ok()
+        writer.answer(i, 3 * i)
+    assert sender.settle() and ctx.error is None and ctx.confirmed_end == 3 * len(batches)
+    assert sender.sequence == 3 * len(batches) and ctx.batches == len(batches)
+
+
+def test_send_all_behind_an_append_in_flight_waits_for_its_answer() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    batches = _source_batches(4)
+    sender.send_all(batches[:2], "a")
+    sender.send_all(batches[2:], "b")  # staged behind the first answer's batches
+    assert writer.count() == 1
+    for i in range(4):
+        writer.answer(i, 3 * i)
+    assert sender.settle() and writer.count() == 4 and ctx.confirmed_end == 12
+    assert ctx.batches_by_source == {"a": 2, "b": 2}
+
+
+def test_a_wrong_offset_drops_everything_send_all_staged() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send_all(_source_batches(5), "a")
+    writer.answer(0, 0)
+    writer.answer(1, 4)  # landed at 4, not 3: another writer
+    assert isinstance(ctx.error, AppendMismatchError) and ctx.append_failed.is_set()
+    assert writer.count() == 2 and ctx.confirmed_end == 3
+
+
+def test_check_due_fails_the_copy_once_the_append_in_flight_is_unanswered_too_long() -> None:
+    """The appender that staged a whole answer waits for the next fetch answer, not for room:
+    it is there that an append with no answer must fail the copy."""
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.send_all(_source_batches(3), "a")
+    sender.check_due()  # just sent: nothing to say
+    assert ctx.error is None
+    writer.submitted[0][1].sent_at = time.monotonic() - sender.answer_timeout - 1
+    with pytest.raises(ClusterError, match="no Produce answer for batch 0..2"):
+        sender.check_due()
+    assert ctx.append_failed.is_set() and isinstance(ctx.error, ClusterError)
+    assert ctx.unconfirmed_end == 3  # sent: the broker may have appended it
+    writer.answer(0, 0)  # a late answer sends nothing staged behind it
+    assert writer.count() == 1
+
+
+def test_check_due_is_quiet_with_nothing_in_flight() -> None:
+    ctx, writer = _ctx(), HeldWriter()
+    sender = _sender(ctx, writer)
+    sender.check_due()
+    sender.send_all(_source_batches(1), "a")
+    writer.submitted[0][1].sent_at = time.monotonic() - sender.answer_timeout - 1
+    writer.answer(0, 0)  # answered: late, but answered
+    sender.check_due()
+    assert ctx.error is None and ctx.confirmed_end == 3
