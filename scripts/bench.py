@@ -146,6 +146,10 @@ class Settings:
     producer_batch_bytes: int | None = None
     # Every record's value this many bytes (default: 100 B to 10 KB, log-uniform).
     record_bytes: int | None = None
+    # One destination broker for every copy (the topic deleted and created again before each)
+    # instead of a fresh one per copy: with --pin-cpus, warm brokers on their core leave the
+    # contender's own CPU as the short side.
+    warm_dest: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,6 +235,25 @@ def create_topic(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{topic} on {bootstrap} not ready: errors {bad}")
             time.sleep(0.1)
+
+
+def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
+    """Delete ``topic`` if it exists and wait until the broker no longer lists it (so that
+    ``create_topic`` makes a new one; Kafka deletes the old partitions' files after that)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    if topic not in admin.list_topics(timeout=10).topics:
+        return
+    for fut in admin.delete_topics([topic]).values():
+        fut.result(timeout)
+    deadline = time.monotonic() + timeout
+    while topic in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{topic} on {bootstrap} still listed {timeout:.0f}s after deleting it"
+            )
+        time.sleep(0.2)
 
 
 def compression_ratio(codec: str, corpus: bytes) -> float:
@@ -710,6 +733,7 @@ class Bench:
         self.log = log
         self.tmp = Path(tempfile.mkdtemp(prefix="partsync-bench-"))
         self.brokers: list[BenchBroker] = []
+        self._warm_dest: BenchBroker | None = None  # Settings.warm_dest
         self.source: BenchBroker | None = None
         self._broker_ids = itertools.count()
         self.rows: list[Row] = []
@@ -755,7 +779,15 @@ class Bench:
     ) -> tuple[Measured, dict[str, Any], float, float]:
         assert self.source is not None
         src_scan = self.scans[topic]
-        dest = self.start_broker()
+        if self.s.warm_dest:
+            if self._warm_dest is None:
+                self._warm_dest = self.start_broker()
+                # One copy unmeasured: the first copies into a fresh JVM run before its JIT.
+                self.copy_once(contender, topic, codec, partitions, extra, check=False)
+            dest = self._warm_dest
+            delete_topic(dest.bootstrap, topic)
+        else:
+            dest = self.start_broker()
         try:
             create_topic(dest.bootstrap, topic, partitions, {"compression.type": "producer"})
             ends_file = self.tmp / f"ends-{topic}.json"
@@ -780,7 +812,8 @@ class Bench:
                 verdict = compare(src_scan, scan_topic(dest.bootstrap, topic, partitions))
             return m, verdict, d1 - d0, s1 - s0
         finally:
-            self.stop_broker(dest)
+            if not self.s.warm_dest:
+                self.stop_broker(dest)
 
     def measure(
         self,
@@ -1338,6 +1371,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         kafka_version=args.kafka_version,
         producer_batch_bytes=args.producer_batch_bytes,
         record_bytes=args.record_bytes,
+        warm_dest=args.warm_dest,
     )
 
 
@@ -1456,12 +1490,21 @@ def main(argv: list[str] | None = None) -> int:
         help="brokers on CPU 0, each measured process on CPU 1: a contender's own CPU cost, "
         "apart from the brokers it otherwise shares the cores with (needs 2 CPUs)",
     )
+    ap.add_argument(
+        "--warm-dest",
+        action="store_true",
+        help="one destination broker for every copy (its topic deleted and created again "
+        "before each) instead of a fresh one per copy; with --pin-cpus the warm brokers keep "
+        "to their core and the contender's own CPU decides its speed (--broker kafka only)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the result tables as Markdown here")
     args = ap.parse_args(argv)
     cache_bytecode()
     s = settings_from(args)
+    if args.warm_dest and args.broker != "kafka":
+        ap.error("--warm-dest needs --broker kafka (it deletes and creates the topic again)")
     if args.pin_cpus:
         global PIN
         cpus = sorted(os.sched_getaffinity(0))
