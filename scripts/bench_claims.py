@@ -355,6 +355,26 @@ def claim_small() -> list[Row]:
         ps, ideal, mm2 = rows["partsync"], rows["ideal-fenced-1"], rows["mirrormaker2"]
         speed = _records_per_s(ps) / _records_per_s(ideal)
         cpu, cpu_mm2 = _net_cpu_per_m_records(ps), _net_cpu_per_m_records(mm2)
+        what = f"small batches, {codec}: CPU s per million records, net, partsync vs MM2"
+        # MirrorMaker 2's net CPU is its run's less its run on an empty topic (its JVM start,
+        # 12-28 s here): where the start alone took more, there is nothing to compare with.
+        cpu_row = (
+            Row(
+                "38-small",
+                what,
+                f"{cpu:.1f} vs {cpu_mm2:.1f} ({cpu / cpu_mm2:.2f}x)",
+                "below MM2's",
+                cpu < cpu_mm2,
+            )
+            if cpu_mm2 > 0
+            else Row(
+                "38-small",
+                what,
+                f"{cpu:.1f} vs not measurable (MM2's empty run took more CPU than this one)",
+                "below MM2's",
+                None,
+            )
+        )
         out += [
             Row(
                 "38-small",
@@ -363,13 +383,7 @@ def claim_small() -> list[Row]:
                 ">= 0.9",
                 speed >= 0.9,
             ),
-            Row(
-                "38-small",
-                f"small batches, {codec}: CPU s per million records, net, partsync vs MM2",
-                f"{cpu:.1f} vs {cpu_mm2:.1f} ({cpu / cpu_mm2:.2f}x)",
-                "below MM2's",
-                cpu < cpu_mm2,
-            ),
+            cpu_row,
         ]
     return out
 
