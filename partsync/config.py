@@ -54,7 +54,7 @@ _CLUSTER_KEYS = {
     "socket_buffer_bytes",
     "client_rack",
 }
-_TOP_KEYS = {"local", "clusters", "defaults"}
+_TOP_KEYS = {"local", "clusters", "defaults", "topic_configs"}
 # Client settings' defaults (ClusterRef's, and what a table that leaves them out gets).
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
@@ -121,6 +121,10 @@ class Config:
     # [defaults]: applied to the configured clusters already, and to a bare host:port here.
     defaults: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # [topic_configs]: topic configs a mirror follows beyond the default ones, and default
+    # ones it does not (``plan.topic_configs.ConfigPolicy``).
+    follow_configs: tuple[str, ...] = ()
+    unfollow_configs: tuple[str, ...] = ()
 
     def resolve(self, ref: str) -> ClusterRef:
         """A configured cluster name, or ``host:port`` bootstrap addresses of one cluster,
@@ -364,7 +368,28 @@ def parse_config(
     local = data.get("local")
     if local is not None and (not isinstance(local, str) or local not in clusters):
         raise ConfigError(f"{where}: local = {local!r} does not name a [clusters.NAME] table")
-    return Config(clusters=clusters, local=local, path=path, defaults=defaults, env=env)
+    follow, unfollow = _topic_configs(data.get("topic_configs", {}), where)
+    return Config(
+        clusters=clusters,
+        local=local,
+        path=path,
+        defaults=defaults,
+        env=env,
+        follow_configs=follow,
+        unfollow_configs=unfollow,
+    )
+
+
+def _topic_configs(table: Any, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """[topic_configs]: ``add`` and ``remove``, lists of topic config names."""
+    _check_table(table, {"add", "remove"}, f"{where}: [topic_configs]")
+    out = []
+    for key in ("add", "remove"):
+        names = table.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"{where}: [topic_configs] {key} must list topic config names")
+        out.append(tuple(names))
+    return out[0], out[1]
 
 
 def find_config_path(

@@ -39,6 +39,9 @@ class ExitStatus(enum.IntEnum):
     USAGE = 2
     UNSAFE = 3
     DEADLINE = 4
+    # Follow mode: a source topic the job mirrored was deleted on every source that had it;
+    # its mirror is kept as it is (a person decides what becomes of it).
+    SOURCE_GONE = 5
 
 
 class PartsyncError(Exception):
@@ -157,6 +160,13 @@ class HandedOnError(PartsyncError):
 
 class TopicError(PartsyncError):
     """A topic is missing or cannot be used as asked."""
+
+
+class SourceGoneError(TopicError):
+    """A followed topic was deleted on every source that had it: nothing more is appended to
+    its mirror, which is kept."""
+
+    exit_status = ExitStatus.SOURCE_GONE
 
 
 class CorruptBatchError(PartsyncError):

@@ -2,9 +2,16 @@
 partitions, its first catch-up, what it costs while idle, and how fast it passes on one new
 record in every partition.
 
-    python scripts/bench_scale.py [--partitions 2000] [--trees /tmp/before,.] [--settle 10]
+    python scripts/bench_scale.py [--partitions 2000] [--topics 1] [--topic-check-s 5]
+                                  [--trees /tmp/before,.] [--settle 10]
                                   [--idle-s 20] [--heap 2g] [--timeout SECONDS]
                                   [--stop-timeout 60] [--json] [-- extra sync args]
+
+With ``--topics K`` (K > 1) the partitions are spread over K topics and the follower runs as a
+cluster link does (issue 39): ``--topic-pattern`` over all of them, ``--create-missing``, a topic
+check every ``--topic-check-s``; after the latency step a new topic of the same size is created
+on the source with a record in every partition, and the row adds the seconds until the mirror
+has them all (``new_topic_mirrored_s``: up to one topic check, plus creating and copying it).
 
 Source and local are each a single-node Apache Kafka 4.1.1 (a JVM process from the Maven jars,
 ``tests/support/kafka_jvm.py``) with a ``--heap`` heap (default 2g, meant for up to 10,000
@@ -162,18 +169,22 @@ def _admin(bootstrap: str) -> Any:
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
 
 
-def _ends(admin: Any, topic: str, n: int, timeout: float) -> list[int]:
-    """Every partition's end offset (high watermark), one ListOffsets for all of them."""
+def _ends(admin: Any, topic: str | list[str], n: int, timeout: float) -> list[int]:
+    """Every partition's end offset (high watermark) of ``topic`` (or of each of several
+    topics of ``n`` partitions, in order), one ListOffsets for all of them."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
+    topics = [topic] if isinstance(topic, str) else topic
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     futures = admin.list_offsets(
-        {TopicPartition(topic, p): latest for p in range(n)}, request_timeout=timeout
+        {TopicPartition(t, p): latest for t in topics for p in range(n)},
+        request_timeout=timeout,
     )
-    ends = [-1] * n
+    index = {t: i * n for i, t in enumerate(topics)}
+    ends = [-1] * (n * len(topics))
     for tp, future in futures.items():
-        ends[tp.partition] = future.result(timeout).offset
+        ends[index[tp.topic] + tp.partition] = future.result(timeout).offset
     return ends
 
 
@@ -223,7 +234,13 @@ class Follower:
 
 
 def _wait_ends(
-    admin: Any, topic: str, n: int, target: int, follower: Follower, timeout: float, what: str
+    admin: Any,
+    topic: str | list[str],
+    n: int,
+    target: int,
+    follower: Follower,
+    timeout: float,
+    what: str,
 ) -> tuple[float, list[int]]:
     """Poll the local ends every POLL_S until all are >= ``target``: (when seen, the ends)."""
     deadline = time.monotonic() + timeout
@@ -291,6 +308,26 @@ class _Producer:
             )
 
 
+def _wait_new_topic(admin: Any, topic: str, n: int, follower: Follower, timeout: float) -> float:
+    """When the local cluster first had ``topic`` with every partition at end offset 1."""
+    deadline = time.monotonic() + timeout
+    while True:
+        follower.check(f"waiting for the new topic {topic}")
+        if topic in admin.list_topics(timeout=10).topics:
+            try:
+                ends = _ends(admin, topic, n, timeout=10)
+            except (KafkaException, TimeoutError):
+                ends = []
+            if ends and min(ends) >= 1:
+                return time.monotonic()
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"timed out after {timeout:.0f} s waiting for the new topic {topic!r} to be "
+                f"mirrored\nfollower log tail:\n{follower.tail()}"
+            )
+        time.sleep(POLL_S)
+
+
 # -- one tree ---------------------------------------------------------------------------------
 
 
@@ -302,18 +339,34 @@ def _measure(
     args: argparse.Namespace,
     log: Path,
 ) -> dict[str, Any]:
-    n = args.partitions
-    setup_timeout = 60 + n * 0.02
+    total, k = args.partitions, args.topics
+    n = total // k  # partitions per topic
+    setup_timeout = 60 + total * 0.02
+    topics = [topic] if k == 1 else [f"{topic}-{j:04d}" for j in range(k)]
     for bootstrap in (src.bootstrap, local.bootstrap):
-        _create_big_topic(bootstrap, topic, n, setup_timeout)
+        for t in topics:
+            _create_big_topic(bootstrap, t, n, setup_timeout)
     producer = _Producer(src.bootstrap)
-    producer.one_per_partition(topic, n, setup_timeout)
+    for t in topics:
+        producer.one_per_partition(t, n, setup_timeout)
     admin = _admin(local.bootstrap)
+    # One topic by name; several as a link does: a pattern, new matching topics adopted at
+    # each topic check (--topic-check-interval) and created locally.
+    select = (
+        ["--topic", topic]
+        if k == 1
+        else [
+            "--topic-pattern",
+            f"{topic}-.*",
+            "--create-missing",
+            "--topic-check-interval",
+            str(args.topic_check_s),
+        ]
+    )
     argv = [
         "sync",
         "--follow",
-        "--topic",
-        topic,
+        *select,
         "--sources",
         src.bootstrap,
         "--local",
@@ -324,7 +377,7 @@ def _measure(
     follower = Follower(tree, argv, log)
     try:
         seen, ends = _wait_ends(
-            admin, topic, n, 1, follower, args.timeout, "the first catch-up (end offsets 1)"
+            admin, topics, n, 1, follower, args.timeout, "the first catch-up (end offsets 1)"
         )
         catchup_s = seen - follower.started
         catchup_cpu_s = _cpu_s(follower.proc.pid)
@@ -343,14 +396,25 @@ def _measure(
         idle_cores = (cpu1 - cpu0) / (t1 - t0)
 
         t_produce = time.monotonic()
-        producer.one_per_partition(topic, n, setup_timeout)
+        for t in topics:
+            producer.one_per_partition(t, n, setup_timeout)
         flushed = time.monotonic()
         seen, ends = _wait_ends(
-            admin, topic, n, 2, follower, args.timeout, "one more record per partition (ends 2)"
+            admin, topics, n, 2, follower, args.timeout, "one more record per partition (ends 2)"
         )
         latency_s = seen - flushed
         if max(ends) != 2:
             print(f"warning: local ends up to {max(ends)} after the new records", file=sys.stderr)
+        new_topic_s = None
+        if k > 1:
+            # A topic that appears on the source while the link runs: created there with a
+            # record in every partition; seconds until the mirror has them all.
+            fresh = f"{topic}-new"
+            _create_big_topic(src.bootstrap, fresh, n, setup_timeout)
+            producer.one_per_partition(fresh, n, setup_timeout)
+            created = time.monotonic()
+            seen = _wait_new_topic(admin, fresh, n, follower, args.timeout)
+            new_topic_s = seen - created
         exit_code = follower.stop(args.stop_timeout)
     finally:
         if follower.proc.poll() is None:
@@ -358,7 +422,10 @@ def _measure(
             follower.proc.wait(10)
     return {
         "tree": str(tree),
-        "partitions": n,
+        "partitions": total,
+        "topics": k,
+        "new_topic_mirrored_s": None if new_topic_s is None else round(new_topic_s, 2),
+        "topic_check_s": args.topic_check_s if k > 1 else None,
         "threads": threads,
         "idle_cpu_cores": round(idle_cores, 4),
         "rss_mb": round(rss_mb, 1),
@@ -374,7 +441,20 @@ def _measure(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--partitions", type=int, default=2000)
+    ap.add_argument("--partitions", type=int, default=2000, help="in all (over --topics)")
+    ap.add_argument(
+        "--topics",
+        type=int,
+        default=1,
+        help="topics the partitions are spread over; more than 1 follows them as a link "
+        "does (--topic-pattern, --create-missing) and also times a topic created while it runs",
+    )
+    ap.add_argument(
+        "--topic-check-s",
+        type=float,
+        default=5.0,
+        help="the link's --topic-check-interval (with --topics > 1)",
+    )
     ap.add_argument("--trees", default=".", help="comma-separated partsync source trees")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the catch-up")
     ap.add_argument("--idle-s", type=float, default=20.0, help="seconds of idle CPU measured")
@@ -391,6 +471,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.timeout is None:
         args.timeout = 120 + 0.05 * args.partitions
+    if args.topics < 1 or args.partitions % args.topics:
+        ap.error("--partitions must be a multiple of --topics (>= 1)")
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     for tree in trees:
         if not (tree / "partsync" / "__init__.py").is_file():
@@ -403,8 +485,8 @@ def main() -> int:
     try:
         if not args.json:
             print(
-                f"{'partitions':>10} {'threads':>7} {'idle CPU':>8} {'RSS MB':>7} "
-                f"{'catch-up s':>10} {'latency s':>9}  tree"
+                f"{'partitions':>10} {'topics':>6} {'threads':>7} {'idle CPU':>8} {'RSS MB':>7} "
+                f"{'catch-up s':>10} {'latency s':>9} {'new topic s':>11}  tree"
             )
         for i, tree in enumerate(trees):
             # Fresh brokers for each tree: a deleted topic's 10,000 partitions are not gone
@@ -429,10 +511,12 @@ def main() -> int:
             if args.json:
                 print(json.dumps(row), flush=True)
             else:
+                new = row["new_topic_mirrored_s"]
                 print(
-                    f"{row['partitions']:>10} {row['threads']:>7} "
+                    f"{row['partitions']:>10} {row['topics']:>6} {row['threads']:>7} "
                     f"{row['idle_cpu_cores']:>8.3f} {row['rss_mb']:>7.1f} "
-                    f"{row['catchup_s']:>10.2f} {row['latency_s']:>9.2f}  {tree}",
+                    f"{row['catchup_s']:>10.2f} {row['latency_s']:>9.2f} "
+                    f"{'-' if new is None else f'{new:.2f}':>11}  {tree}",
                     flush=True,
                 )
             if row["follower_exit"] != 0:

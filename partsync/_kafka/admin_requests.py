@@ -1,11 +1,11 @@
-"""Topic administration requests: CreateTopics, CreatePartitions, DeleteRecords and
-DescribeConfigs (a mixin of ``Connection``)."""
+"""Topic administration requests: CreateTopics, CreatePartitions, DeleteRecords,
+DescribeConfigs and IncrementalAlterConfigs (a mixin of ``Connection``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -17,7 +17,9 @@ from partsync._kafka.codes import raise_for_code
 __all__ = ["AdminRequests"]
 
 
+TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+_SET = 0  # IncrementalAlterConfigs' operation: set the value
 GROUP_RESOURCE = 32
 
 
@@ -106,7 +108,9 @@ class AdminRequests:
     def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
         R = DescribeConfigsRequest.DescribeConfigsResource
         req = DescribeConfigsRequest(
-            resources=[R(resource_type=2, resource_name=topic, configuration_keys=None)],
+            resources=[
+                R(resource_type=TOPIC_RESOURCE, resource_name=topic, configuration_keys=None)
+            ],
             include_synonyms=False,
         )
         resp = self.call("DescribeConfigs", req)
@@ -116,6 +120,30 @@ class AdminRequests:
             for c in r.configs:
                 out[c.name] = c.value
         return out
+
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        """Set ``configs`` on ``topic`` and leave its other configs as they are
+        (IncrementalAlterConfigs, operation SET); raises the broker's error."""
+        R = IncrementalAlterConfigsRequest.AlterConfigsResource
+        req = IncrementalAlterConfigsRequest(
+            resources=[
+                R(
+                    resource_type=TOPIC_RESOURCE,
+                    resource_name=topic,
+                    configs=[
+                        R.AlterableConfig(name=k, config_operation=_SET, value=v)
+                        for k, v in sorted(configs.items())
+                    ],
+                )
+            ],
+            validate_only=False,
+        )
+        resp = self.call("IncrementalAlterConfigs", req)
+        for r in resp.responses:
+            msg = f" ({r.error_message})" if r.error_message else ""
+            raise_for_code(
+                r.error_code, f"IncrementalAlterConfigs{msg}", cluster=self.cluster, topic=topic
+            )
 
     def describe_configs(
         self, resource_type: int, name: str, keys: list[str]

@@ -7,7 +7,12 @@ from typing import Any
 
 from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
-from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from kafka.protocol.admin.groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -96,6 +101,13 @@ PREFERRED: dict[str, tuple[Any, Any, int, int]] = {
     "ListTransactions": (ListTransactionsRequest, ListTransactionsResponse, 0, 0),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse, 1, 2),
+    # A mirror topic's configs following its source's (``--sync-configs``).
+    "IncrementalAlterConfigs": (
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+        0,
+        1,
+    ),
     # Growing a local topic when its sources gained partitions.
     "CreatePartitions": (CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
     # Moving the local log start when a mirror starts at its source's log start (Tansu has none).

@@ -217,6 +217,12 @@ class Cluster:
     def topic_configs(self, topic: str) -> tuple[dict[str, str], list[str]]:
         return self.admin.topic_configs(topic)
 
+    def all_topic_configs(self, topic: str) -> dict[str, str | None]:
+        return self.admin.all_topic_configs(topic)
+
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        self.admin.set_topic_configs(topic, configs)
+
     def grow_topic(self, topic: str, partitions: int) -> None:
         self.admin.grow_topic(topic, partitions)
 

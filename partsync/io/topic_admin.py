@@ -5,7 +5,7 @@ moving a partition's log start (DeleteRecords)."""
 from __future__ import annotations
 
 from partsync._kafka.codes import ErrorCode, broker_error, error_name
-from partsync.errors import ClusterError, TopicError, UnsafeError
+from partsync.errors import BrokerError, ClusterError, TopicError, UnsafeError
 from partsync.io.bounds import BoundsReader
 from partsync.io.connections import Connections
 from partsync.io.metadata import MetadataCache
@@ -69,11 +69,41 @@ class TopicAdmin:
             )
         return out, warnings
 
+    def all_topic_configs(self, topic: str) -> dict[str, str | None]:
+        """Every config ``topic`` reports, as the broker reports it (DescribeConfigs, to a
+        leader of the topic as ``topic_configs`` asks)."""
+        info = self._meta.topic(topic)
+        if info is None:
+            raise TopicError("topic does not exist", cluster=self.name, topic=topic)
+        leader = next(iter(info.leaders.values()))
+        return self._conns.broker_conn(leader).describe_topic_configs(topic)
+
+    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        """Set ``configs`` on ``topic``, leaving the others (IncrementalAlterConfigs)."""
+        conn = self._conns.any_broker()
+        if not conn.supports("IncrementalAlterConfigs"):
+            raise TopicError(
+                "the cluster does not support IncrementalAlterConfigs, needed to set "
+                f"{', '.join(sorted(configs))} as the source has them",
+                cluster=self.name,
+                topic=topic,
+            )
+        conn.set_topic_configs(topic, configs)
+
     def create_topic(
         self, topic: str, partitions: int, configs: dict[str, str], replication: int = -1
     ) -> None:
-        """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF."""
-        self._conns.any_broker().create_topic(topic, partitions, replication, configs)
+        """Create a topic on the controller (any broker forwards in KRaft); -1 = broker default RF.
+        A topic another process of the job created meanwhile (followers that noticed a new
+        source topic together) is fine when it has the partitions asked for."""
+        try:
+            self._conns.any_broker().create_topic(topic, partitions, replication, configs)
+        except BrokerError as e:
+            if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+            info = self._meta.topic(topic, refresh=True)
+            if info is None or info.partitions != partitions:
+                raise
         self._wait_ready(topic, partitions, "created topic")
 
     def grow_topic(self, topic: str, partitions: int) -> None:

@@ -31,6 +31,9 @@ class Status(str, enum.Enum):
     # transaction it holds back until its marker); the reason says what it waits for. Not in
     # sync: a one-shot run exits 4, run again later (or follow).
     BEHIND = "behind"
+    # Follow mode: the topic was deleted on every source that had it; nothing more is appended
+    # and the mirror is kept as it is (exit 5).
+    SOURCE_GONE = "source-gone"
 
 
 @dataclass(frozen=True)
@@ -135,15 +138,17 @@ class SyncReport:
     def exit_status(self) -> ExitStatus:
         """0 all in sync; 3 some partition refused as unsafe (it needs a person, so it wins);
         1 a failure (rerun), a source that did not answer, or a signal stopped the run before
-        it caught up; 4 the deadline stopped it before it caught up, or a partition is behind
-        (not caught up: run again later). For a one-shot run; follow mode ends by being
-        stopped (``run.sync``)."""
+        it caught up; 5 a followed topic was deleted on its sources (its mirror is kept); 4 the
+        deadline stopped it before it caught up, or a partition is behind (not caught up: run
+        again later). For a one-shot run; follow mode ends by being stopped (``run.sync``)."""
         statuses = {p.status for p in self.all_partitions()}
         if Status.UNSAFE in statuses:
             return ExitStatus.UNSAFE
         if Status.ERROR in statuses or any(t.unreachable for t in self.topics):
             # A source that did not answer may be ahead: "in sync" is not proven.
             return ExitStatus.FAILURE
+        if Status.SOURCE_GONE in statuses:
+            return ExitStatus.SOURCE_GONE
         if Status.STOPPED in statuses:
             return ExitStatus.DEADLINE if self.stopped == "deadline" else ExitStatus.FAILURE
         if Status.BEHIND in statuses:

@@ -21,7 +21,6 @@ __all__ = [
     "TIMESTAMP_CONFIGS",
     "UNLIMITED_MS",
     "LocalTopicRules",
-    "create_configs",
     "rules_from",
 ]
 
@@ -196,24 +195,6 @@ def _limit(configs: Mapping[str, str], key: str) -> int | None:
         if 0 <= value < UNLIMITED_MS:
             return value
     return None
-
-
-def create_configs(source_configs: Mapping[str, str]) -> dict[str, str]:
-    """Configs for a topic created with --create-missing: what keeps batches byte-identical."""
-    cfg = {
-        "compression.type": "producer",
-        "message.timestamp.type": "CreateTime",
-        "cleanup.policy": source_configs.get("cleanup.policy", "delete"),
-        "max.message.bytes": source_configs.get("max.message.bytes", "1048588"),
-        # Copied batches keep their original, often old, timestamps.
-        TIMESTAMP_BEFORE: str(UNLIMITED_MS),
-        TIMESTAMP_AFTER: str(UNLIMITED_MS),
-    }
-    # The source's retention where it reports one, else unlimited: the broker's default
-    # (7 days) would delete copied data older than that as soon as a segment rolls.
-    for key in RETENTION_CONFIGS:
-        cfg[key] = source_configs.get(key, "-1")
-    return cfg
 
 
 def rules_from(configs: Mapping[str, str]) -> tuple[LocalTopicRules, str | None]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from partsync.errors import TopicError, UsageError
 
-__all__ = ["TopicSelection", "compile_patterns", "select_topics"]
+__all__ = ["TopicSelection", "appeared", "compile_patterns", "lost_by", "select_topics"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,28 @@ def compile_patterns(values: Sequence[str], option: str) -> tuple[re.Pattern[str
         except re.error as e:
             raise UsageError(f"{option} {v!r} is not a regular expression: {e}") from None
     return tuple(out)
+
+
+def appeared(
+    selection: TopicSelection, on_sources: Mapping[str, Sequence[str]], known: AbstractSet[str]
+) -> list[str]:
+    """A follower's topic check: the topics that match ``selection`` on the sources now and are
+    not ``known`` to the job yet (in ``select_topics``' order; none while nothing matches)."""
+    if not selection.by_pattern or not on_sources:
+        return []
+    try:
+        chosen = select_topics(selection, on_sources)
+    except TopicError:
+        return []
+    return [t for t in chosen if t not in known]
+
+
+def lost_by(
+    holders: AbstractSet[str], have: AbstractSet[str], answered: AbstractSet[str]
+) -> tuple[tuple[str, ...], bool]:
+    """Which sources lost a followed topic: of the sources seen ``holders`` of it, those that
+    ``answered`` this check without it (``have``: those that answered with it). And whether it
+    is gone everywhere: no source has it and every holder answered (one that did not may still
+    have it)."""
+    lost = tuple(sorted((holders & answered) - have))
+    return lost, bool(lost) and not have and holders <= answered

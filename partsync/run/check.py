@@ -161,15 +161,9 @@ def _source_findings(cluster: Cluster, req: SyncRequest) -> list[Finding]:
         out.append(Finding(subject, "exists", Verdict.OK, f"{info.partitions} partitions"))
         out.append(ops_verdict(allowed, Op.DESCRIBE, subject, "bounds (ListOffsets)"))
         out.append(ops_verdict(allowed, Op.READ, subject, "copying (Fetch)"))
-        if req.create_missing:
-            out.append(
-                ops_verdict(
-                    allowed,
-                    Op.DESCRIBE_CONFIGS,
-                    subject,
-                    "--create-missing copies its identity configs",
-                )
-            )
+        if req.create_missing or req.sync_configs:
+            why = "--sync-configs" if req.sync_configs else "--create-missing"
+            out.append(ops_verdict(allowed, Op.DESCRIBE_CONFIGS, subject, f"{why}: its configs"))
     return out
 
 
@@ -348,6 +342,9 @@ def _local_topic_findings(
                 allowed, Op.ALTER, subject, f"growing it to {tp.grow.partitions} partitions"
             )
         )
+    if req.sync_configs:
+        why = "--sync-configs sets its configs as the source has them"
+        out.append(ops_verdict(allowed, Op.ALTER_CONFIGS, subject, why))
     if req.options.fill_holes and tp.create is None:
         out.append(
             Finding(

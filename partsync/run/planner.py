@@ -338,8 +338,9 @@ def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
 
 
 def apply_topic_changes(
-    req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan]
+    req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan], *, follow: bool = False
 ) -> list[TopicPlan]:
     """Apply the plans' topic creations and growths on the local cluster, then plan those
-    topics again (``run.topic_changes``). Plans without either are returned as they are."""
-    return _apply_topic_changes(req, pool, plans, plan_topics)
+    topics again (``run.topic_changes``; ``follow``: a missing topic is created even with
+    nothing to copy yet). Plans without either are returned as they are."""
+    return _apply_topic_changes(req, pool, plans, plan_topics, follow=follow)

@@ -26,7 +26,7 @@ from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import PARALLELISM
 from partsync.copy.producer import transactional_id
-from partsync.errors import PartsyncError, UnsafeError
+from partsync.errors import PartsyncError, SourceGoneError, UnsafeError
 from partsync.io.group import GroupMember
 from partsync.io.group_lease import LeasedStop
 from partsync.io.pool import ClusterPool
@@ -115,6 +115,7 @@ class PartitionRunner:
         self.progress = progress
         self.observer = observer
         self.tasks: dict[TopicPartition, PartitionTask] = {t.key: t for t in tasks}
+        self.ended: dict[TopicPartition, PartitionTask] = {}  # the watch stopped their topics
         self.results: dict[TopicPartition, PartitionResult] = {}
         # Partitions started and not finished (counted, not scanned: a run of 1000 partitions
         # checks this each time one of them finishes).
@@ -193,15 +194,9 @@ class PartitionRunner:
 
     def _apply(self, change: TopicChanges) -> None:
         for topic, reason in change.refused.items():
-            log.error("%s", reason)
-            with self._lock:
-                keys = [k for k in self.tasks if k[0] == topic]
-                tasks = [self.tasks.pop(k) for k in keys]
-                self._owned.difference_update(keys)
-            for ev in self.engine.stop(keys):
-                ev.wait()
-            for task in tasks:
-                self.record(_refused(task, self.results.get(task.key), reason))
+            _end_topic(self, topic, reason, Status.UNSAFE)
+        for topic, reason in change.gone.items():
+            _end_topic(self, topic, reason, Status.SOURCE_GONE)
         if not change.tasks:
             return
         with self._lock:
@@ -347,20 +342,40 @@ def _tail(pool: ClusterPool, ref: ClusterRef, opts: RunOptions, obs: RunObserver
     )
 
 
-def _refused(task: PartitionTask, prev: PartitionResult | None, reason: str) -> PartitionResult:
-    """A partition of a topic the watch refused (recreated on a source): nothing more is
-    written; its end is what was mirrored."""
+def _end_topic(runner: PartitionRunner, topic: str, reason: str, status: Status) -> None:
+    """Stop a topic's workers for good (refused, or gone from its sources): nothing more is
+    written to it, and each partition's result says why."""
+    log.error("%s", reason)
+    with runner._lock:
+        keys = [k for k in runner.tasks if k[0] == topic]
+        runner.ended.update((k, runner.tasks.pop(k)) for k in keys)
+        runner._owned.difference_update(keys)
+        # A topic ended before (gone, then created again on a source) has no workers left.
+        tasks = [t for k, t in runner.ended.items() if k[0] == topic]
+    for ev in runner.engine.stop(keys):
+        ev.wait()
+    for task in tasks:
+        runner.record(_ended(task, runner.results.get(task.key), reason, status))
+
+
+def _ended(
+    task: PartitionTask, prev: PartitionResult | None, reason: str, status: Status
+) -> PartitionResult:
+    """A partition of a topic the watch ended: refused (``unsafe``: recreated on a source) or
+    ``source-gone`` (deleted on its sources). Nothing more is written; its end is what was
+    mirrored."""
     t, p = task.key
     end = prev.local_end_after if prev else task.plan.local.end
+    kind = UnsafeError if status is Status.UNSAFE else SourceGoneError
     return PartitionResult(
         t,
         p,
-        Status.UNSAFE,
+        status,
         end,
         end,
         task.plan.target_end,
         reason=reason,
-        error=UnsafeError(reason, topic=t, partition=p, offset=end),
+        error=kind(reason, topic=t, partition=p, offset=end),
     )
 
 

@@ -120,8 +120,13 @@ def _report(
             r for (t, p), r in sorted(results.items()) if t == tp.topic and p not in planned
         )
         topics.append(TopicResult(tp.topic, tuple(parts), tp.warnings, tp.unreachable))
+    # Topics a follower adopted after its start (they appeared on a source and match).
+    planned_topics = {tp.topic for tp in plans}
+    for topic in sorted({t for t, _p in results} - planned_topics):
+        parts = [r for (t, _p), r in sorted(results.items()) if t == topic]
+        topics.append(TopicResult(topic, tuple(parts), (), ()))
     order = {t: i for i, t in enumerate(req.topics)}
-    topics.sort(key=lambda t: order.get(t.topic, 0))
+    topics.sort(key=lambda t: order.get(t.topic, len(order)))
     return SyncReport(tuple(topics), seconds, why)
 
 

@@ -11,9 +11,12 @@ from collections.abc import Callable
 
 from partsync.config import ClusterRef
 from partsync.copy.boundary import checked_sources_agree
+from partsync.errors import ClusterError, PartsyncError, UnsafeError
+from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Condition
-from partsync.plan.topic_rules import create_configs
+from partsync.plan.topic_configs import mirror_configs
+from partsync.run.topic_configs import sync_configs
 from partsync.run.topic_plan import SyncRequest, TopicPlan, located
 
 __all__ = ["Replan", "apply_topic_changes"]
@@ -24,21 +27,29 @@ Replan = Callable[[SyncRequest, ClusterPool], list[TopicPlan]]
 
 
 def apply_topic_changes(
-    req: SyncRequest, pool: ClusterPool, plans: list[TopicPlan], replan: Replan
+    req: SyncRequest,
+    pool: ClusterPool,
+    plans: list[TopicPlan],
+    replan: Replan,
+    *,
+    follow: bool = False,
 ) -> list[TopicPlan]:
     """Apply the plans' topic creations and growths on the local cluster, then plan those
     topics again (their local bounds and rules are real now). Plans without either are returned
-    as they are."""
+    as they are. A one-shot run creates no topic it would copy nothing into (it would only
+    leave a topic behind); a follower (``follow``) creates it, to follow it from its start."""
     local = pool.get(req.local)
     out = []
     for tp in plans:
+        if req.sync_configs and tp.create is None and not tp.refused and not tp.error:
+            tp = _configs_synced(req, pool, tp)
         if (tp.create is None and tp.grow is None) or tp.refused or tp.error:
             out.append(tp)
             continue
         warnings: tuple[str, ...] = ()
         if (create := tp.create) is not None:
             tp = _agreed(tp, req, pool)
-            if not any(p.condition is Condition.BEHIND for p in tp.partitions):
+            if not follow and not any(p.condition is Condition.BEHIND for p in tp.partitions):
                 # Nothing would be copied into it: creating it would only leave a topic behind.
                 kept = (
                     f"topic {tp.topic} was not created on {local.name}: no partition "
@@ -46,8 +57,10 @@ def apply_topic_changes(
                 )
                 out.append(dataclasses.replace(tp, warnings=(*tp.warnings, kept)))
                 continue
-            src_cfg, w = pool.get(_ref(req, create.source)).topic_configs(tp.topic)
-            local.create_topic(tp.topic, create.partitions, create_configs(src_cfg))
+            src_cfg, w = _source_configs(pool.get(_ref(req, create.source)), tp.topic)
+            local.create_topic(
+                tp.topic, create.partitions, mirror_configs(req.config_policy, src_cfg)
+            )
             warnings = tuple(w)
         elif tp.grow is not None:
             local.grow_topic(tp.topic, tp.grow.partitions)
@@ -59,6 +72,41 @@ def apply_topic_changes(
         again = replan(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
         out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
     return out
+
+
+def _source_configs(source: Cluster, topic: str) -> tuple[dict[str, str | None], list[str]]:
+    """Every config the source reports for ``topic``; where it answers no DescribeConfigs
+    for all of them (a Tansu quirk), the identity configs ``topic_configs`` falls back to."""
+    try:
+        cfg: dict[str, str | None] = source.all_topic_configs(topic)
+    except ClusterError:
+        found, warnings = source.topic_configs(topic)
+        return dict(found), warnings
+    # A broker that reports only the keys set on a topic (Tansu): the local cluster's defaults.
+    missing = [k for k in ("cleanup.policy", "max.message.bytes") if cfg.get(k) is None]
+    if not missing:
+        return cfg, []
+    why = (
+        f"cluster {source.name}: topic {topic} does not report {', '.join(missing)}; the "
+        "local topic is created with the local cluster's defaults for them"
+    )
+    return cfg, [why]
+
+
+def _configs_synced(req: SyncRequest, pool: ClusterPool, tp: TopicPlan) -> TopicPlan:
+    """--sync-configs: the local topic's drifted configs set as its source has them (a warning
+    says what was set), or the topic refused when its source can no longer be mirrored."""
+    try:
+        drift = sync_configs(req, pool, tp.topic)
+    except UnsafeError as e:
+        return dataclasses.replace(tp, refused=e.reason)
+    except PartsyncError as e:
+        msg = f"topic {tp.topic}: its configs could not be set as the source has them: {e}"
+        return dataclasses.replace(tp, warnings=(*tp.warnings, msg))
+    if drift is None or not drift.changes:
+        return tp
+    msg = f"topic {tp.topic} on {req.local.name}: set {drift.describe()}, as {drift.source} has it"
+    return dataclasses.replace(tp, warnings=(*tp.warnings, msg))
 
 
 def _agreed(tp: TopicPlan, req: SyncRequest, pool: ClusterPool) -> TopicPlan:

@@ -15,6 +15,7 @@ from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError
 from partsync.plan.comparator import Condition, PartitionPlan, PlanPolicy
 from partsync.plan.results import PartitionResult, Status, TopicResult
+from partsync.plan.topic_configs import ConfigPolicy
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.plan.topic_select import TopicSelection
 
@@ -43,6 +44,11 @@ class SyncRequest:
     options: CopyOptions = CopyOptions()
     # --topic-pattern / --exclude: ``topics`` are what ``resolve_topics`` found on the sources.
     selection: TopicSelection | None = None
+    # --sync-configs: the local topics' followed configs are set as the sources have them
+    # (once per run; a follower at every topic check). ``config_policy`` says which follow,
+    # also for a topic --create-missing creates.
+    sync_configs: bool = False
+    config_policy: ConfigPolicy = ConfigPolicy()
 
     @property
     def job_topics(self) -> tuple[str, ...]:
@@ -88,6 +94,9 @@ class TopicPlan:
     topic_ids: tuple[tuple[str, str], ...] = ()
     # When this process started reading the bounds the plan holds (``time.monotonic()``).
     planned_at: float | None = None
+    # --sync-configs on ``plan``: the followed configs where the local topic differs from its
+    # source, key -> (source's value, local value).
+    config_drift: tuple[tuple[str, str, str | None], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -100,6 +109,11 @@ class TopicPlan:
             if self.grow is None
             else {"from": self.grow.current, "to": self.grow.partitions},
             "partitions": [p.to_dict() for p in self.partitions],
+            **(
+                {"config_drift": {k: {"source": v, "local": lv} for k, v, lv in self.config_drift}}
+                if self.config_drift
+                else {}
+            ),
         }
 
 

@@ -12,7 +12,14 @@ watch reads the sources' metadata and notices these changes:
   so the runner starts copying them (a group rebalances to hand them out);
 * a source topic that was deleted and created again (its topic id changed): its offsets
   restarted, so nothing more may be appended from it to the old copy. The topic is refused
-  (unsafe, needs a person) and its workers stop.
+  (unsafe, needs a person) and its workers stop;
+* a topic deleted on every source that had it (``source-gone``, exit 5): its workers stop and
+  its mirror is kept as it is (never deleted for the operator); created again later, it is
+  refused as above. Deleted on some of several sources, it is mirrored from the others, with
+  a warning;
+* with ``--topic-pattern``, a topic that appeared on a source and matches: planned like a
+  topic whose plan failed (created locally with ``--create-missing``), then followed. The
+  group's subscription takes it to the job's other processes, whose own checks find it too.
 
 The first id a source reports is its baseline (from the plan, or the first check that reaches
 the source). Brokers without topic ids (Metadata before v10) are only covered by the rounds'
@@ -28,8 +35,10 @@ from dataclasses import dataclass, field
 
 from partsync.errors import PartsyncError
 from partsync.io.pool import ClusterPool
+from partsync.plan.topic_select import appeared, lost_by
 from partsync.run.planner import SyncRequest, TopicPlan, apply_topic_changes, plan_topics
 from partsync.run.task import PartitionTask, tasks_for
+from partsync.run.topic_configs import follow_configs
 
 __all__ = ["TopicChanges", "TopicWatch", "recreated_reason"]
 
@@ -44,6 +53,16 @@ class TopicChanges:
     refused: dict[str, str] = field(default_factory=dict)
     # Each grown topic's new local partition count.
     grown: dict[str, int] = field(default_factory=dict)
+    # Topics to stop, with the reason: deleted on every source that had them.
+    gone: dict[str, str] = field(default_factory=dict)
+
+
+def gone_reason(topic: str, sources: Sequence[str]) -> str:
+    return (
+        f"topic {topic} was deleted on {', '.join(sorted(sources))}, every source that had "
+        "it: nothing more is copied into its mirror, which is kept as it is (delete the "
+        "local topic yourself once nothing reads it)"
+    )
 
 
 def recreated_reason(topic: str, source: str, old: str, new: str) -> str:
@@ -63,12 +82,20 @@ class TopicWatch:
         self.interval_s = interval_s
         self.ids: dict[tuple[str, str], str] = {}
         self.counts: dict[str, int] = {}
+        # Every topic of the job so far (a refused or gone one is not adopted again).
+        self.known: set[str] = {tp.topic for tp in plans}
+        # The sources seen holding each followed topic (a topic is gone once all of them
+        # answer without it).
+        self.holders: dict[str, set[str]] = {}
+        # Topics reported gone: one created again under the same name is refused too.
+        self.gone: set[str] = set()
         for tp in plans:
             if tp.refused or tp.error or not tp.partitions:
                 continue
             self.counts[tp.topic] = max(p.partition for p in tp.partitions) + 1
             for source, tid in tp.topic_ids:
                 self.ids[(source, tp.topic)] = tid
+            self.holders[tp.topic] = {source for source, _tid in tp.topic_ids}
         self._warned: set[str] = set()
         # Topics whose plan failed as a whole (not refused): planned again at every check.
         self.failed: dict[str, str] = {}
@@ -84,36 +111,87 @@ class TopicWatch:
     def check(self, pool: ClusterPool) -> TopicChanges:
         """Read every source's metadata once and report what changed since the last check."""
         out = TopicChanges()
+        self._adopt_new(pool)
         for topic in sorted(self.failed):
             self._plan_again(pool, topic, out)
         seen: dict[str, dict[str, int]] = {t: {} for t in self.counts}
+        answered: set[str] = set()
         for ref in self.req.sources:
             cluster = pool.get(ref)
             try:
                 cluster.metadata(refresh=True)
-                infos = {t: cluster.topic(t) for t in self.counts}
+                infos = {t: cluster.topic(t) for t in (*self.counts, *self.gone)}
             except PartsyncError as e:
                 log.debug("topic check: source %s: %s", ref.name, e)
                 continue
+            answered.add(ref.name)
             for topic, info in infos.items():
                 if info is None:
-                    continue  # deleted (and not yet created again): the rounds report it
+                    continue  # deleted (and maybe not yet created again): _gone tells
+                if topic in self.gone:  # deleted earlier, now a new topic of that name
+                    old = self.ids.get((ref.name, topic), "?")
+                    out.refused[topic] = recreated_reason(
+                        topic, ref.name, old, info.topic_id or "?"
+                    )
+                    continue
                 seen[topic][ref.name] = info.partitions
+                self.holders.setdefault(topic, set()).add(ref.name)
                 if info.topic_id is None:
                     continue
                 old = self.ids.setdefault((ref.name, topic), info.topic_id)
                 if old != info.topic_id and topic not in out.refused:
                     out.refused[topic] = recreated_reason(topic, ref.name, old, info.topic_id)
-        for topic in out.refused:
-            del self.counts[topic]
         for topic, counts in seen.items():
-            if topic in out.refused or not counts:
+            if topic not in out.refused:
+                self._gone(topic, set(counts), answered, out)
+        if self.req.sync_configs:
+            ended = out.gone.keys() | out.refused.keys()
+            held = {t: sorted(c) for t, c in seen.items() if c and t not in ended}
+            refused, failed = follow_configs(self.req, pool, held)
+            out.refused.update(refused)
+            for topic, why in failed.items():
+                self._warn(topic, why)
+        self.gone = (self.gone | out.gone.keys()) - out.refused.keys()
+        for topic in (*out.refused, *out.gone):
+            self.counts.pop(topic, None)
+        for topic, counts in seen.items():
+            if topic in out.refused or topic in out.gone or not counts:
                 continue
             grown = self._grown(pool, topic, counts)
             if grown is not None:
                 out.tasks.extend(grown)
                 out.grown[topic] = self.counts[topic]
         return out
+
+    def _gone(self, topic: str, have: set[str], answered: set[str], out: TopicChanges) -> None:
+        """Gone from every source that had it: stopped; from some: a warning (``lost_by``)."""
+        lost, gone = lost_by(self.holders.get(topic, set()), have, answered)
+        if gone:
+            out.gone[topic] = gone_reason(topic, lost)
+        elif lost:
+            self._warn(
+                topic,
+                f"topic {topic} is no longer on {', '.join(lost)}: mirroring it from "
+                f"{', '.join(sorted(have)) or 'the sources that still have it'}",
+            )
+
+    def _adopt_new(self, pool: ClusterPool) -> None:
+        """``--topic-pattern``: a topic that appeared on a source and matches joins the job,
+        planned at once like a topic whose plan failed (``_plan_again``)."""
+        sel = self.req.selection
+        if sel is None or not sel.by_pattern:
+            return
+        listed: dict[str, list[str]] = {}
+        for ref in self.req.sources:
+            try:
+                listed[ref.name] = pool.get(ref).list_topics()
+            except PartsyncError as e:
+                log.debug("topic check: listing source %s's topics: %s", ref.name, e)
+        for topic in appeared(sel, listed, self.known):
+            self.known.add(topic)
+            on = ", ".join(name for name, topics in listed.items() if topic in topics)
+            log.warning("topic %s appeared on %s and matches the job's patterns", topic, on)
+            self.failed[topic] = "a new topic"
 
     def _grown(
         self, pool: ClusterPool, topic: str, counts: dict[str, int]
@@ -168,7 +246,7 @@ class TopicWatch:
         (its creation or growth applied first, as at the start)."""
         req = dataclasses.replace(self.req, topics=(topic,))
         try:
-            tp = apply_topic_changes(req, pool, plan_topics(req, pool))[0]
+            tp = apply_topic_changes(req, pool, plan_topics(req, pool), follow=True)[0]
         except PartsyncError as e:
             self._warn(topic, f"planning topic {topic} again: {e}")
             return
@@ -176,13 +254,15 @@ class TopicWatch:
             del self.failed[topic]
             log.error("topic %s: %s", topic, tp.refused)
             return
-        if tp.error or not tp.partitions:
-            self._warn(topic, f"{tp.error}; planning it again every {self.interval_s:g} s")
+        if tp.error or not tp.partitions or tp.create is not None:  # not created (yet)
+            why = tp.error or "; ".join(tp.warnings) or f"topic {topic} cannot be followed yet"
+            self._warn(topic, f"{why}; planning it again every {self.interval_s:g} s")
             return
         del self.failed[topic]
         self.counts[topic] = max(p.partition for p in tp.partitions) + 1
         for source, tid in tp.topic_ids:
             self.ids[(source, topic)] = tid
+        self.holders[topic] = {source for source, _tid in tp.topic_ids}
         out.tasks.extend(tasks_for(req, [tp], self.retries, behind_only=False))
         out.grown[topic] = self.counts[topic]
         log.warning(

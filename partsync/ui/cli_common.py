@@ -194,6 +194,7 @@ class SelectionArgs:
     create_missing: bool
     add_partitions: bool
     as_json: bool
+    sync_configs: bool = False
 
     @classmethod
     def from_click(cls, kw: Mapping[str, Any]) -> SelectionArgs:
@@ -207,6 +208,7 @@ class SelectionArgs:
             create_missing=kw["create_missing"],
             add_partitions=kw["add_partitions"],
             as_json=kw["as_json"],
+            sync_configs=kw["sync_configs"],
         )
 
     def request(self, ctx: Ctx, options: CopyOptions, sources: str | None = None) -> Any:
@@ -223,6 +225,7 @@ class SelectionArgs:
             options,
             on_retention_gap=self.on_retention_gap,
             add_partitions=self.add_partitions,
+            sync_configs=self.sync_configs,
         )
 
 
@@ -253,7 +256,8 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
             metavar="REGEX",
             help="Also every topic on a source whose whole name matches REGEX (Python syntax; "
             "internal __ topics only when named); repeat for several. Resolved when the run "
-            "starts (a follower picks up new topics when restarted). `plan` lists the result.",
+            "starts; a follower also adopts topics that appear later, at its next topic check "
+            "(--topic-check-interval). `plan` lists the result.",
         ),
         click.option(
             "--exclude",
@@ -306,9 +310,20 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
         click.option(
             "--create-missing",
             is_flag=True,
-            help="Create a missing local topic with the sources' partition count and "
-            "identity-preserving configs (compression.type=producer, CreateTime, "
-            "cleanup.policy and max.message.bytes of the source).",
+            help="Create a missing local topic with the sources' partition count, the "
+            "source's retention, cleanup, segment and compaction settings (the followed "
+            "configs, see --sync-configs) and the mirror's own: compression.type=producer, "
+            "CreateTime, no timestamp limits.",
+        ),
+        click.option(
+            "--sync-configs",
+            is_flag=True,
+            help="Set the local topics' followed configs (retention.*, cleanup.policy, "
+            "segment.*, max.message.bytes, compaction settings; the config file's "
+            "[topic_configs] adds and removes keys) as the source has them, and hold the "
+            "mirror's own (compression.type=producer, CreateTime, no timestamp limits): once "
+            "per run, and with --follow at every topic check. A source topic turned "
+            "LogAppendTime is refused (exit 3). `plan --sync-configs` shows the drift.",
         ),
         click.option(
             "--add-partitions/--no-add-partitions",
@@ -336,7 +351,9 @@ def build_request(
     options: CopyOptions | None = None,
     on_retention_gap: str = "refuse",
     add_partitions: bool = True,
+    sync_configs: bool = False,
 ) -> Any:
+    from partsync.plan.topic_configs import ConfigPolicy
     from partsync.run.planner import SyncRequest
 
     cfg = ctx.config
@@ -358,4 +375,6 @@ def build_request(
         add_partitions=add_partitions,
         policy=PlanPolicy(chunk_offsets=chunk_offsets, retention_gap=on_retention_gap),
         options=options or CopyOptions(),
+        sync_configs=sync_configs,
+        config_policy=ConfigPolicy.of(cfg.follow_configs, cfg.unfollow_configs),
     )

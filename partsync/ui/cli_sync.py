@@ -54,6 +54,10 @@ def plan(ctx: Ctx, /, **options: Any) -> None:
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
         plans = plan_topics(req, pool)
+        if req.sync_configs:
+            from partsync.run.topic_configs import with_config_drift
+
+            plans = with_config_drift(req, pool, plans)
         if args.scan:
             from partsync.run.scan import scan_topics
 
@@ -125,7 +129,7 @@ def _run(args: SyncArgs, req: SyncRequest, to_sync: GroupsToSync | None) -> JobO
     timer = _deadline_timer(args.deadline, stop, why)
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
-        plans = apply_topic_changes(req, pool, plan_topics(req, pool))
+        plans = apply_topic_changes(req, pool, plan_topics(req, pool), follow=run_opts.follow)
         total = sum(
             p.missing for tp in plans for p in tp.partitions if p.condition.value == "behind"
         )

@@ -21,7 +21,8 @@ from partsync.ui.metric_families import bytes_per_offset
 
 __all__ = ["GroupState", "LiveState"]
 
-_ENDED = (Status.UNSAFE.value, Status.HANDED_OVER.value)  # a follower's worker stops for good
+# A follower's worker stops for good.
+_ENDED = (Status.UNSAFE.value, Status.HANDED_OVER.value, Status.SOURCE_GONE.value)
 
 
 class GroupState(Protocol):
@@ -133,8 +134,9 @@ class LiveState:
                 joined=m is not None and m.joined.is_set(),
                 assigned=self._assigned,
                 unplanned=len(self.owned - self.local_end.keys()),
-                # A partition refused as unsafe or handed over is owned but no longer worked
-                # on: it makes no progress, and restarting the process would not change that.
+                # A partition refused as unsafe, handed over or gone from its sources is owned
+                # but no longer worked on: it makes no progress, and restarting the process
+                # would not change that.
                 owned=sum(1 for k in self.owned if self.status.get(k) not in _ENDED),
                 last_tick=self._last_tick,
                 last_progress=self._last_progress,

@@ -34,6 +34,7 @@ _STATUS_STYLE = {
     "error": "red",
     "handed-over": "cyan",
     "stopped": "yellow",
+    "source-gone": "magenta",
 }
 
 

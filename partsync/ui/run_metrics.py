@@ -127,7 +127,7 @@ class _RunCollector(Collector):
         yield gauge(
             "partsync_partition_status",
             "1 for the partition's status in this run (in-sync, synced, behind, unsafe, error, "
-            "handed-over, stopped).",
+            "handed-over, stopped, source-gone).",
             ("topic", "partition", "status"),
             (((*lp(p), p.status.value), 1) for p in parts),
         )

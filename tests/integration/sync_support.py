@@ -149,10 +149,8 @@ def add_partitions(bootstrap: str, topic: str, count: int) -> None:
     assert error is None, error
 
 
-def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Delete ``topic`` and create it again empty (Kafka deletes asynchronously: wait until
-    it is gone, and retry a creation that meets the old one still being deleted)."""
-    from confluent_kafka import KafkaException
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` (an independent admin client; Kafka deletes asynchronously)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
@@ -160,6 +158,35 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
         admin.delete_topics([topic], operation_timeout=15)[topic].result(15)
     finally:
         del admin
+
+
+def set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    """Set ``configs`` on ``topic`` with an independent admin client (IncrementalAlterConfigs)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    try:
+        entries = [
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ]
+        res = ConfigResource("topic", topic, incremental_configs=entries)
+        admin.incremental_alter_configs([res])[res].result(15)
+    finally:
+        del admin
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again empty (Kafka deletes asynchronously: wait until
+    it is gone, and retry a creation that meets the old one still being deleted)."""
+    from confluent_kafka import KafkaException
+
+    delete_topic(bootstrap, topic)
     deadline = time.monotonic() + 30
     while True:
         if topic_partitions(bootstrap, topic) is None:

@@ -16,6 +16,7 @@ takeover can never complete there. Apache Kafka expires it after the session tim
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -46,8 +47,11 @@ from tests.integration.sync_support import (
     add_partitions,
     by_partition,
     check_report,
+    delete_topic,
     ends,
     recreate_topic,
+    set_topic_configs,
+    topic_configs,
     topic_partitions,
     write_config,
 )
@@ -114,7 +118,11 @@ class Follower:
         log: Path,
         *extra: str,
         module: str = "partsync",
+        select: tuple[str, ...] | None = None,
+        stdout: Path | None = None,
     ) -> None:
+        """``select``: the topic options instead of ``--topic topic``; ``stdout``: where its
+        standard output goes (with ``--json`` in ``extra``: the report at its stop)."""
         self.port = free_port()
         self.log = log
         argv = [
@@ -125,8 +133,7 @@ class Follower:
             str(config),
             "-v",
             "sync",
-            "--topic",
-            topic,
+            *(("--topic", topic) if select is None else select),
             "--sources",
             "a",
             "--follow",
@@ -144,7 +151,8 @@ class Follower:
         ]
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         self._err = log.open("w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
+        self._out = stdout.open("w") if stdout is not None else subprocess.DEVNULL
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err, env=env)
 
     def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
@@ -152,12 +160,15 @@ class Follower:
             return parse_metrics(r.read().decode())
 
     def owned(self) -> set[int]:
+        return {p for _t, p in self.owned_by_topic()}
+
+    def owned_by_topic(self) -> set[tuple[str, int]]:
         try:
             m = self.scrape()
         except OSError:
             return set()
         return {
-            int(dict(lb)["partition"])
+            (dict(lb)["topic"], int(dict(lb)["partition"]))
             for (name, lb), v in m.items()
             if name == "partsync_partition_owned" and v == 1
         }
@@ -174,6 +185,8 @@ class Follower:
             return self.proc.wait(timeout)
         finally:
             self._err.close()
+            if not isinstance(self._out, int):
+                self._out.close()
 
 
 _SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
@@ -434,6 +447,216 @@ def test_a_follower_refuses_a_source_topic_deleted_and_created_again(
 
     assert ends(group_local, topic, 1) == {0: 100}  # the old copy, untouched
     assert f.stop(signal.SIGTERM) == 3, f.stderr()[-3000:]
+
+
+@pytest.mark.kafka_versions  # the group hands a new topic out: KIP-848's on Kafka 4, classic on 3.9
+def test_followers_with_a_pattern_mirror_a_topic_created_on_the_source_without_a_restart(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """Two followers of ``--topic-pattern`` run; a topic that matches is created on the source:
+    both find it at their next topic check, it is created locally (``--create-missing``), the
+    group hands its partitions out over both, and it is mirrored offset-identically, without a
+    restart. A topic that does not match stays out."""
+    first, later, other = f"{topic}-a", f"{topic}-b", f"x{topic}-c"
+    create_topic(source_a.bootstrap, first, 2)
+    create_topic(group_local.bootstrap, first, 2)
+    _fill(source_a, first, 50, seed=11, partitions=2)
+    select = ("--topic-pattern", f"{re.escape(topic)}-.*", "--create-missing")
+    for i in range(2):
+        followers.append(
+            Follower(
+                config,
+                topic,
+                f"g-{topic}",
+                tmp_path / f"follower{i}.log",
+                "--topic-check-interval",
+                "1",
+                select=select,
+            )
+        )
+
+    def diag() -> str:
+        return "\n".join(
+            f"--- follower {i} owns {sorted(f.owned_by_topic())}:\n{f.stderr()[-3000:]}"
+            for i, f in enumerate(followers)
+        )
+
+    def split(topics: set[str], n: int) -> bool:
+        owned = [{tp for tp in f.owned_by_topic() if tp[0] in topics} for f in followers]
+        return all(owned) and sum(map(len, owned)) == n and len(set().union(*owned)) == n
+
+    _wait("2 followers to split the first topic", lambda: split({first}, 2), 90, diag)
+    create_topic(source_a.bootstrap, later, 4)
+    create_topic(source_a.bootstrap, other, 1)
+    _fill(source_a, later, 80, seed=12, partitions=4)
+    _fill(source_a, other, 5, seed=13, partitions=1)
+    src_ends = ends(source_a, later, 4)
+    _wait(
+        "the new topic to be created locally and mirrored",
+        lambda: (
+            topic_partitions(group_local.bootstrap, later) == 4
+            and ends(group_local, later, 4) == src_ends
+        ),
+        90,
+        diag,
+    )
+    _wait("both followers to own partitions of both", lambda: split({first, later}, 6), 60, diag)
+    assert (
+        assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, later, 4) == 4 * 80
+    )
+    _fill(source_a, first, 30, seed=14, partitions=2)  # the first one is still followed
+    _wait(
+        "the first topic's new records",
+        lambda: ends(group_local, first, 2) == ends(source_a, first, 2),
+        60,
+        diag,
+    )
+    assert topic_partitions(group_local.bootstrap, other) is None  # not matched: left out
+    for f in followers:
+        assert f.stop(signal.SIGTERM) == 0, f.stderr()[-3000:]
+    assert any(f"topic {later} appeared on a" in f.stderr() for f in followers), diag()
+
+
+@pytest.mark.kafka_versions  # topic ids and deletion in metadata: Kafka 3.9 and 4
+def test_a_follower_reports_a_topic_deleted_on_its_source_and_keeps_its_mirror(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """A followed topic is deleted on its only source: the follower says so in its log, its
+    metrics and its report (``source-gone``, exit 5), appends nothing more to the mirror and
+    keeps it as it is, and goes on following the job's other topic."""
+    gone, kept = f"{topic}-gone", f"{topic}-kept"
+    for t in (gone, kept):
+        create_topic(source_a.bootstrap, t, 1)
+        create_topic(group_local.bootstrap, t, 1)
+        _fill(source_a, t, 40, seed=21, partitions=1)
+    report = tmp_path / "report.json"
+    f = Follower(
+        config,
+        topic,
+        f"g-{topic}",
+        tmp_path / "follower.log",
+        "--topic-check-interval",
+        "1",
+        "--json",
+        select=("--topic-pattern", f"{re.escape(topic)}-.*"),
+        stdout=report,
+    )
+    followers.append(f)
+    diag = lambda: f.stderr()[-3000:]
+    _wait(
+        "the follower to catch up",
+        lambda: ends(group_local, gone, 1) == {0: 40} and ends(group_local, kept, 1) == {0: 40},
+        90,
+        diag,
+    )
+    delete_topic(source_a.bootstrap, gone)
+    _wait(
+        "the follower to notice", lambda: f"topic {gone} was deleted on a" in f.stderr(), 60, diag
+    )
+
+    def gone_in_metrics() -> bool:
+        m = f.scrape()
+        key = (
+            "partsync_partition_status",
+            frozenset({("topic", gone), ("partition", "0"), ("status", "source-gone")}),
+        )
+        return m.get(key) == 1
+
+    _wait("the metrics to say source-gone", gone_in_metrics, 30, diag)
+    _fill(source_a, kept, 25, seed=22, partitions=1)
+    _wait("the other topic's new records", lambda: ends(group_local, kept, 1) == {0: 65}, 60, diag)
+    assert ends(group_local, gone, 1) == {0: 40}  # the mirror, kept as it was
+    assert f.stop(signal.SIGTERM) == 5, diag()
+    doc = json.loads(report.read_text())
+    statuses = {
+        t["topic"]: {p["partition"]: p["status"] for p in t["partitions"]} for t in doc["topics"]
+    }
+    assert statuses[gone] == {0: "source-gone"} and statuses[kept] == {0: "synced"}, statuses
+    why = next(p["reason"] for t in doc["topics"] if t["topic"] == gone for p in t["partitions"])
+    assert "deleted on a, every source that had it" in why and "kept" in why
+
+
+@pytest.mark.kafka_only  # Tansu and noida keep no topic configs to alter
+@pytest.mark.kafka_versions  # Kafka 4 changed config defaults and limits (segment.bytes, after.max.ms)
+def test_a_followers_mirror_takes_its_sources_configs_and_follows_their_changes(
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """A follower with ``--sync-configs`` creates a new topic's mirror with the source's
+    retention, cleanup and segment settings and the mirror's own (producer compression,
+    CreateTime, no timestamp limit, whatever the source says), sets a local topic that
+    drifted back in step, and follows a change made on the source while it runs."""
+    created, drifted = f"{topic}-new", f"{topic}-old"
+    source_cfg = {
+        "segment.bytes": "1048576",
+        "retention.ms": "9000000000000",  # longer than the records' age (make_records)
+        "min.compaction.lag.ms": "1000",
+        "compression.type": "zstd",
+        "message.timestamp.after.max.ms": "3600000",
+    }
+    create_topic(source_a.bootstrap, created, 1, source_cfg)
+    create_topic(source_a.bootstrap, drifted, 1, {"retention.ms": "9000000000000"})
+    create_topic(group_local.bootstrap, drifted, 1, {"retention.ms": "3600000"})
+    for t in (created, drifted):
+        _fill(source_a, t, 30, seed=31, partitions=1)
+    f = Follower(
+        config,
+        topic,
+        f"g-{topic}",
+        tmp_path / "follower.log",
+        "--topic-check-interval",
+        "1",
+        "--sync-configs",
+        select=("--topic-pattern", f"{re.escape(topic)}-.*", "--create-missing"),
+    )
+    followers.append(f)
+    diag = lambda: f.stderr()[-3000:]
+    _wait(
+        "both topics mirrored",
+        lambda: all(
+            topic_partitions(group_local.bootstrap, t) == 1 and ends(group_local, t, 1) == {0: 30}
+            for t in (created, drifted)
+        ),
+        90,
+        diag,
+    )
+    mirror = topic_configs(group_local.bootstrap, created)
+    assert mirror["segment.bytes"] == "1048576" and mirror["retention.ms"] == "9000000000000"
+    assert mirror["min.compaction.lag.ms"] == "1000", mirror
+    assert mirror["compression.type"] == "producer", mirror
+    assert mirror["message.timestamp.type"] == "CreateTime", mirror
+    assert mirror["message.timestamp.after.max.ms"] == "9223372036854775807", mirror
+    assert topic_configs(group_local.bootstrap, drifted)["retention.ms"] == "9000000000000"
+
+    set_topic_configs(
+        source_a.bootstrap, created, {"retention.ms": "8000000000000", "segment.ms": "3600000"}
+    )
+    _wait(
+        "the source's change to reach the mirror",
+        lambda: (
+            (c := topic_configs(group_local.bootstrap, created))["retention.ms"] == "8000000000000"
+            and c["segment.ms"] == "3600000"
+        ),
+        30,
+        diag,
+    )
+    assert f"topic {created} on local: set " in f.stderr(), diag()
+    assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, created, 1)
+    assert f.stop(signal.SIGTERM) == 0, diag()
 
 
 def test_a_topic_that_cannot_be_planned_at_the_start_is_planned_again_until_it_can(

@@ -174,7 +174,8 @@ class GrouplessFollower(Follower):
         ]
         env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
         self._err = log.open("w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
+        self._out = subprocess.DEVNULL
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err, env=env)
 
 
 @pytest.fixture

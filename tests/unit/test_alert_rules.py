@@ -98,6 +98,7 @@ def test_the_rules_cover_what_operators_need() -> None:
         "PartsyncLagRecordsHigh",
         "PartsyncLagSecondsHigh",
         "PartsyncPartitionUnsafe",
+        "PartsyncSourceTopicGone",
         "PartsyncNoSuccessfulRound",
         "PartsyncCronRunFailing",
     } <= set(alerts)

@@ -200,7 +200,7 @@ def test_unknown_top_level_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(path, env={})
     msg = str(exc.value)
-    assert "unknown top-level key(s) lokal (known: clusters, defaults, local)" in msg
+    assert "unknown top-level key(s) lokal (known: clusters, defaults, local, topic_configs)" in msg
     assert str(path) in msg
 
 
@@ -618,3 +618,24 @@ def test_a_secret_file_that_is_not_text_is_a_config_error(tmp_path: Path) -> Non
         _sasl(
             tmp_path, f'sasl_plain_username = "u"\nsasl_plain_password_file = "{tmp_path / "pw"}"'
         )
+
+
+def test_topic_configs_add_and_remove_followed_keys(tmp_path: Path) -> None:
+    text = '[topic_configs]\nadd = ["flush.messages"]\nremove = ["segment.ms", "segment.bytes"]\n'
+    cfg = load_config(write(tmp_path, text), env={})
+    assert cfg.follow_configs == ("flush.messages",)
+    assert cfg.unfollow_configs == ("segment.ms", "segment.bytes")
+    assert load_config(write(tmp_path, ""), env={}).follow_configs == ()
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ('[topic_configs]\nadd = "flush.messages"\n', "add must list topic config names"),
+        ("[topic_configs]\nremove = [1]\n", "remove must list topic config names"),
+        ('[topic_configs]\nkeep = ["x"]\n', r"\[topic_configs\]: unknown key\(s\) keep"),
+    ],
+)
+def test_topic_configs_errors_name_the_table(tmp_path: Path, table: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, table), env={})

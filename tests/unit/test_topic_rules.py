@@ -10,7 +10,6 @@ from partsync.errors import UnsafeError
 from partsync.plan.topic_rules import (
     UNLIMITED_MS,
     LocalTopicRules,
-    create_configs,
     rules_from,
 )
 from tests.unit.test_batch import TS, build, parse
@@ -90,21 +89,6 @@ def test_a_compacted_local_topic_refuses_keyless_records(policy: str) -> None:
 def test_a_delete_topic_takes_keyless_records() -> None:
     rules, _ = rules_from({"cleanup.policy": "delete"})
     rules.check(parse(build(3)))
-
-
-def test_create_missing_sets_no_timestamp_limit_and_keeps_or_unlimits_retention() -> None:
-    reported = create_configs({"retention.ms": "604800000", "retention.bytes": "-1"})
-    assert reported["retention.ms"] == "604800000"
-    assert reported["message.timestamp.before.max.ms"] == str(UNLIMITED_MS)
-    assert reported["message.timestamp.after.max.ms"] == str(UNLIMITED_MS)
-    # A source that does not report retention (Tansu reports only set keys): unlimited, never
-    # the broker default, which would delete old copied data as soon as a segment rolls.
-    silent = create_configs({})
-    assert silent["retention.ms"] == "-1"
-    assert silent["retention.bytes"] == "-1"
-    rules, refusal = rules_from(silent)
-    assert refusal is None
-    assert rules.timestamp_before_max_ms is None and rules.timestamp_after_max_ms is None
 
 
 def test_time_retention_is_read_where_the_local_topic_deletes() -> None:

@@ -7,7 +7,13 @@ import re
 import pytest
 
 from partsync.errors import TopicError, UsageError
-from partsync.plan.topic_select import TopicSelection, compile_patterns, select_topics
+from partsync.plan.topic_select import (
+    TopicSelection,
+    appeared,
+    compile_patterns,
+    lost_by,
+    select_topics,
+)
 
 ON = {"a": ["orders", "orders.dlq", "payments", "__consumer_offsets"], "b": ["orders-eu", "x"]}
 
@@ -66,3 +72,48 @@ def test_the_selection_as_given_names_the_job() -> None:
     two = SyncRequest(("a", "b"), (ref,), ref, selection=_sel(pats=("o.*",), excl=("x",)))
     assert one.job_topics == two.job_topics == ("/o.*/,-/x/",)
     assert SyncRequest(("a", "b"), (ref,), ref).job_topics == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("sel", "on", "known", "want"),
+    [
+        # A topic that matches and is new to the job; the known ones are not adopted again.
+        (_sel(pats=("orders.*",)), ON, {"orders", "orders.dlq"}, ["orders-eu"]),
+        # Excluded and internal topics stay out.
+        (_sel(pats=(".*",), excl=("x",)), ON, {"orders"}, ["orders-eu", "orders.dlq", "payments"]),
+        # Named topics only: nothing is adopted, whatever appears.
+        (_sel(("orders",)), ON, {"orders"}, []),
+        # Nothing matches (yet), or no source listed its topics: nothing, not an error.
+        (_sel(pats=("nope",)), ON, set(), []),
+        (_sel(pats=(".*",)), {}, set(), []),
+        # A topic refused or gone earlier is known: not adopted again.
+        (_sel(pats=("x",)), ON, {"x"}, []),
+    ],
+)
+def test_a_follower_adopts_topics_that_appear_and_match(sel, on, known, want) -> None:  # type: ignore[no-untyped-def]
+    assert appeared(sel, on, known) == want
+
+
+@pytest.mark.parametrize(
+    ("holders", "have", "answered", "want"),
+    [
+        # Still on its only source.
+        ({"a"}, {"a"}, {"a"}, ((), False)),
+        # Deleted on its only source.
+        ({"a"}, set(), {"a"}, (("a",), True)),
+        # Deleted on one of two: mirrored from the other, not gone.
+        ({"a", "b"}, {"b"}, {"a", "b"}, (("a",), False)),
+        # Deleted on both.
+        ({"a", "b"}, set(), {"a", "b"}, (("a", "b"), True)),
+        # Gone from a, b did not answer: b may still have it.
+        ({"a", "b"}, set(), {"a"}, (("a",), False)),
+        # A source that answered but never had the topic lost nothing.
+        ({"b"}, set(), {"a"}, ((), False)),
+        # Never seen on any source (no topic ids yet): nothing to say.
+        (set(), set(), {"a", "b"}, ((), False)),
+    ],
+)
+def test_a_topic_is_gone_only_once_every_source_that_had_it_answered_without_it(
+    holders: set[str], have: set[str], answered: set[str], want: tuple[tuple[str, ...], bool]
+) -> None:
+    assert lost_by(holders, have, answered) == want

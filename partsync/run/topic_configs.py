@@ -1,0 +1,127 @@
+"""A mirror topic's configs following its source's (``--sync-configs``): read both, set on the
+local topic what drifted (``plan.topic_configs`` decides which keys and values), or stop a
+topic whose source can no longer be mirrored offset-identically. Used once per run when plans
+are applied (``run.topic_changes``), by a follower at every topic check (``run.topic_watch``),
+and by ``plan`` to show the drift without changing anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from partsync.errors import PartsyncError, UnsafeError
+from partsync.io.pool import ClusterPool
+from partsync.plan.topic_configs import config_changes, identity_breaking
+from partsync.run.topic_plan import SyncRequest, TopicPlan
+
+__all__ = ["ConfigDrift", "config_drift", "follow_configs", "sync_configs", "with_config_drift"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConfigDrift:
+    """A local topic's followed configs against its source's: what to set (key -> the
+    source's value), the local values now, the source read, and a refusal when the source can
+    no longer be mirrored."""
+
+    topic: str
+    source: str
+    changes: dict[str, str]
+    local: dict[str, str | None]
+    refused: str | None = None
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{k}={v} (local {self.local.get(k)})" for k, v in sorted(self.changes.items())
+        )
+
+
+def config_drift(
+    req: SyncRequest, pool: ClusterPool, topic: str, sources: Sequence[str] | None = None
+) -> ConfigDrift | None:
+    """The drift of ``topic``'s local configs from the first of its sources (``sources``:
+    those known to hold it, in the request's order) that answers; None when no source
+    answers or the local topic does not exist. Reads only."""
+    names = [r for r in req.sources if sources is None or r.name in sources]
+    for ref in names:
+        try:
+            src = pool.get(ref).all_topic_configs(topic)
+        except PartsyncError as e:
+            log.debug("configs of %s on %s: %s", topic, ref.name, e)
+            continue
+        refused = identity_breaking(topic, ref.name, src)
+        try:
+            local = pool.get(req.local).all_topic_configs(topic)
+        except PartsyncError as e:
+            log.debug("configs of %s on %s: %s", topic, req.local.name, e)
+            return None
+        changes = {} if refused else config_changes(req.config_policy, src, local)
+        return ConfigDrift(topic, ref.name, changes, dict(local), refused)
+    return None
+
+
+def sync_configs(
+    req: SyncRequest, pool: ClusterPool, topic: str, sources: Sequence[str] | None = None
+) -> ConfigDrift | None:
+    """Set ``topic``'s drifted configs on the local topic as its source has them; returns what
+    was found (and set). Raises ``UnsafeError`` for a source that can no longer be mirrored
+    (nothing set), and the broker's error if the local cluster refuses a value."""
+    drift = config_drift(req, pool, topic, sources)
+    if drift is None:
+        return None
+    if drift.refused:
+        raise UnsafeError(drift.refused, cluster=drift.source, topic=topic)
+    if drift.changes:
+        pool.get(req.local).set_topic_configs(topic, drift.changes)
+    return drift
+
+
+def follow_configs(
+    req: SyncRequest, pool: ClusterPool, topics: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A follower's topic check with --sync-configs: each of ``topics`` (-> the sources that
+    hold it now) set as its source has it (logged). Returns the topics to refuse (a source
+    that can no longer be mirrored) and those whose configs could not be set, with why."""
+    refused, failed = {}, {}
+    for topic, sources in sorted(topics.items()):
+        try:
+            drift = sync_configs(req, pool, topic, sources)
+        except UnsafeError as e:
+            refused[topic] = e.reason
+            continue
+        except PartsyncError as e:
+            failed[topic] = f"topic {topic}: setting its configs as the source has them: {e}"
+            continue
+        if drift is not None and drift.changes:
+            log.warning(
+                "topic %s on %s: set %s, as %s has it",
+                topic,
+                req.local.name,
+                drift.describe(),
+                drift.source,
+            )
+    return refused, failed
+
+
+def with_config_drift(
+    req: SyncRequest, pool: ClusterPool, plans: Sequence[TopicPlan]
+) -> list[TopicPlan]:
+    """``plan --sync-configs``: each plan with its topic's config drift (and a warning saying
+    what ``sync --sync-configs`` would set); reads only."""
+    out = []
+    for tp in plans:
+        drift = None if tp.error or tp.create else config_drift(req, pool, tp.topic)
+        if drift is None or not (drift.changes or drift.refused):
+            out.append(tp)
+            continue
+        if drift.refused:
+            out.append(dataclasses.replace(tp, refused=tp.refused or drift.refused))
+            continue
+        rows = tuple((k, v, drift.local.get(k)) for k, v in sorted(drift.changes.items()))
+        why = f"topic {tp.topic}'s configs differ from {drift.source}'s: {drift.describe()}"
+        out.append(dataclasses.replace(tp, config_drift=rows, warnings=(*tp.warnings, why)))
+    return out
