@@ -225,6 +225,35 @@ def _wait(
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{diag()}")
 
 
+def _start_two(
+    followers: list[Follower],
+    config: Path,
+    topic: str,
+    tmp_path: Path,
+    select: tuple[str, ...] | None = None,
+) -> None:
+    """Two followers of one job (group ``g-{topic}``), checking the topics every second."""
+    for i in range(2):
+        log = tmp_path / f"follower{i}.log"
+        group = f"g-{topic}"
+        followers.append(
+            Follower(config, topic, group, log, "--topic-check-interval", "1", select=select)
+        )
+
+
+def _wait_mirrored(
+    source: Broker, local: Broker, topic: str, n: int, what: str, diag: Callable[[], str]
+) -> None:
+    """Wait until the local ``topic`` has ``n`` partitions ending where the source's end now."""
+    src_ends = ends(source, topic, n)
+    _wait(
+        f"{what} to be mirrored",
+        lambda: topic_partitions(local.bootstrap, topic) == n and ends(local, topic, n) == src_ends,
+        90,
+        diag,
+    )
+
+
 def _split(fs: list[Follower], partitions: int = PARTITIONS) -> bool:
     """Every partition owned by exactly one of ``fs``, each of which owns some."""
     owned = [f.owned() for f in fs]
@@ -372,17 +401,7 @@ def test_followers_grow_the_local_topic_when_the_source_gains_partitions(
     create_topic(source_a.bootstrap, topic, 2)
     create_topic(group_local.bootstrap, topic, 2)
     _fill(source_a, topic, 100, seed=5, partitions=2)
-    for i in range(2):
-        followers.append(
-            Follower(
-                config,
-                topic,
-                f"g-{topic}",
-                tmp_path / f"follower{i}.log",
-                "--topic-check-interval",
-                "1",
-            )
-        )
+    _start_two(followers, config, topic, tmp_path)
 
     def diag() -> str:
         return "\n".join(
@@ -393,15 +412,8 @@ def test_followers_grow_the_local_topic_when_the_source_gains_partitions(
     _wait("2 followers to split 2 partitions", lambda: _split(followers, 2), 90, diag)
     add_partitions(source_a.bootstrap, topic, 4)
     _fill(source_a, topic, 150, seed=6, partitions=4)
-    src_ends = ends(source_a, topic, 4)
-    _wait(
-        "the local topic to grow and the new partitions to be copied",
-        lambda: (
-            topic_partitions(group_local.bootstrap, topic) == 4
-            and ends(group_local, topic, 4) == src_ends
-        ),
-        90,
-        diag,
+    _wait_mirrored(
+        source_a, group_local, topic, 4, "the local topic to grow and the new partitions", diag
     )
     _wait("2 followers to split 4 partitions", lambda: _split(followers, 4), 60, diag)
     assert assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, topic, 4) == (
@@ -467,18 +479,7 @@ def test_followers_with_a_pattern_mirror_a_topic_created_on_the_source_without_a
     create_topic(group_local.bootstrap, first, 2)
     _fill(source_a, first, 50, seed=11, partitions=2)
     select = ("--topic-pattern", f"{re.escape(topic)}-.*", "--create-missing")
-    for i in range(2):
-        followers.append(
-            Follower(
-                config,
-                topic,
-                f"g-{topic}",
-                tmp_path / f"follower{i}.log",
-                "--topic-check-interval",
-                "1",
-                select=select,
-            )
-        )
+    _start_two(followers, config, topic, tmp_path, select)
 
     def diag() -> str:
         return "\n".join(
@@ -495,16 +496,7 @@ def test_followers_with_a_pattern_mirror_a_topic_created_on_the_source_without_a
     create_topic(source_a.bootstrap, other, 1)
     _fill(source_a, later, 80, seed=12, partitions=4)
     _fill(source_a, other, 5, seed=13, partitions=1)
-    src_ends = ends(source_a, later, 4)
-    _wait(
-        "the new topic to be created locally and mirrored",
-        lambda: (
-            topic_partitions(group_local.bootstrap, later) == 4
-            and ends(group_local, later, 4) == src_ends
-        ),
-        90,
-        diag,
-    )
+    _wait_mirrored(source_a, group_local, later, 4, "the new topic, created locally", diag)
     _wait("both followers to own partitions of both", lambda: split({first, later}, 6), 60, diag)
     assert (
         assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, later, 4) == 4 * 80
