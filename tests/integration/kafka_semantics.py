@@ -88,7 +88,8 @@ class _Reject:
 @dataclass
 class _Lag:
     by: int
-    until: float | None
+    seconds: float | None  # None: until cleared
+    until: float | None = None  # when it ends: ``seconds`` after the first read it lagged
 
 
 class KafkaSemantics:
@@ -156,10 +157,10 @@ class KafkaSemantics:
         self, topic: str, partition: int, by: int, *, seconds: float | None = None
     ) -> None:
         """Consumers see the high watermark ``by`` offsets below the log end, for ``seconds``
-        (None: until ``clear``)."""
-        until = None if seconds is None else time.monotonic() + seconds
+        from the first read of it (None: until ``clear``): counted from then, not from now, so
+        a run that is slow to start still meets the lag."""
         with self._lock:
-            self._lags[(topic, partition)] = _Lag(by, until)
+            self._lags[(topic, partition)] = _Lag(by, seconds)
 
     def throttle_fetches(self, count: int, throttle_ms: int = 200) -> None:
         with self._lock:
@@ -303,7 +304,10 @@ class KafkaSemantics:
             lag = self._lags.get((topic, partition))
             if lag is None:
                 return 0
-            if lag.until is not None and time.monotonic() >= lag.until:
+            now = time.monotonic()
+            if lag.seconds is not None and lag.until is None:
+                lag.until = now + lag.seconds  # the first read: the lag's time starts
+            if lag.until is not None and now >= lag.until:
                 del self._lags[(topic, partition)]
                 return 0
             return lag.by
