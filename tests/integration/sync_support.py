@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from partsync._kafka import Connection, ProducedPartition
+from partsync._kafka import DEBUG_REPLICA, LATEST, Connection, ProducedPartition
 from partsync.config import ClusterRef
 from partsync.demo.brokers import Broker
 from partsync.demo.data import Rec, consume_all, create_topic, make_records, wait_for_leaders
@@ -271,15 +271,24 @@ def wait_for_markers(host: str, port: int, topic: str, partition: int) -> None:
     transactional producer's commit returns once the coordinator has the decision, and the
     coordinator writes the markers after (Kafka's TransactionMarkerChannelManager), so data
     produced right after could land before the last marker. Asked of the leader with
-    DescribeProducers (KIP-664) for up to 30 s; a broker that cannot tell gets a second."""
+    DescribeProducers (KIP-664) for up to 30 s; a broker that cannot tell gets a second. Then
+    until the high watermark has reached the log end: the leader ends a producer's transaction
+    when it appends the marker, a moment before its high watermark covers it."""
     with Connection(host, port, cluster="source") as conn:
         deadline = time.monotonic() + 30
         while conn.supports("DescribeProducers") and time.monotonic() < deadline:
             code, producers = conn.describe_producers(topic, partition)
             if code or not any(p.txn_start >= 0 for p in producers):
+                break
+            time.sleep(0.02)
+        else:
+            time.sleep(1.0)  # a broker that cannot tell: its markers are written by now
+        while time.monotonic() < deadline:
+            hw = conn.list_offsets(topic, [partition], LATEST)[partition]
+            leo = conn.list_offsets(topic, [partition], LATEST, replica_id=DEBUG_REPLICA)
+            if hw[0] or leo[partition][0] or hw[1] >= leo[partition][1]:
                 return
             time.sleep(0.02)
-        time.sleep(1.0)  # a broker that cannot tell: its markers are written by now
 
 
 def consumed(bootstrap: str, topic: str, partition: int) -> list[tuple[Any, ...]]:
