@@ -54,7 +54,7 @@ _CLUSTER_KEYS = {
     "socket_buffer_bytes",
     "client_rack",
 }
-_TOP_KEYS = {"local", "clusters", "defaults", "topic_configs"}
+_TOP_KEYS = {"local", "clusters", "defaults", "topic_configs", "acls"}
 # Client settings' defaults (ClusterRef's, and what a table that leaves them out gets).
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_SOCKET_BUFFER_BYTES = 4 << 20
@@ -125,6 +125,9 @@ class Config:
     # ones it does not (``plan.topic_configs.ConfigPolicy``).
     follow_configs: tuple[str, ...] = ()
     unfollow_configs: tuple[str, ...] = ()
+    # [acls]: whose ACLs --sync-acls copies and as whom, partsync's own principal on the local
+    # cluster (--read-only), the record topic (``plan.acls.AclOptions``' fields).
+    acls: Mapping[str, Any] = field(default_factory=dict)
 
     def resolve(self, ref: str) -> ClusterRef:
         """A configured cluster name, or ``host:port`` bootstrap addresses of one cluster,
@@ -369,6 +372,7 @@ def parse_config(
     if local is not None and (not isinstance(local, str) or local not in clusters):
         raise ConfigError(f"{where}: local = {local!r} does not name a [clusters.NAME] table")
     follow, unfollow = _topic_configs(data.get("topic_configs", {}), where)
+    acls = _acls(data.get("acls", {}), f"{where}: [acls]")
     return Config(
         clusters=clusters,
         local=local,
@@ -377,6 +381,7 @@ def parse_config(
         env=env,
         follow_configs=follow,
         unfollow_configs=unfollow,
+        acls=acls,
     )
 
 
@@ -390,6 +395,30 @@ def _topic_configs(table: Any, where: str) -> tuple[tuple[str, ...], tuple[str, 
             raise ConfigError(f"{where}: [topic_configs] {key} must list topic config names")
         out.append(tuple(names))
     return out[0], out[1]
+
+
+def _acls(table: Any, where: str) -> dict[str, Any]:
+    """[acls]: ``principals`` and ``exclude`` (lists of globs), ``map`` (a table: source
+    principal -> local principal), ``principal`` and ``record_topic`` (strings)."""
+    _check_table(table, {"principals", "exclude", "map", "principal", "record_topic"}, where)
+    out: dict[str, Any] = {}
+    for key in ("principals", "exclude"):
+        globs = table.get(key, [])
+        if not isinstance(globs, list) or not all(isinstance(g, str) and g for g in globs):
+            raise ConfigError(f'{where} {key} must list principals (globs, e.g. "User:app-*")')
+        out[key] = tuple(globs)
+    mapping = table.get("map", {})
+    if not isinstance(mapping, dict) or not all(
+        isinstance(v, str) and ":" in k and ":" in v for k, v in mapping.items()
+    ):
+        raise ConfigError(f'{where} map must map principals to principals ("User:a" = "User:b")')
+    out["map"] = tuple(sorted(mapping.items()))
+    for key in ("principal", "record_topic"):
+        value = table.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{where} {key} must be a non-empty string")
+        out[key] = value
+    return out
 
 
 def find_config_path(

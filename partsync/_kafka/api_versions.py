@@ -5,7 +5,14 @@ what the broker's ApiVersions answer offers. Pure data and a pure function: the 
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
+from kafka.protocol.admin.acl import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
 from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.admin.configs import (
     DescribeConfigsRequest,
@@ -131,6 +138,9 @@ PREFERRED: dict[str, tuple[Any, Any, int, int]] = {
     # ``partsync check`` only: what this client may do (KIP-430), and the ACLs where permitted.
     "DescribeCluster": (DescribeClusterRequest, DescribeClusterResponse, 0, 1),
     "DescribeAcls": (DescribeAclsRequest, DescribeAclsResponse, 1, 3),
+    # --sync-acls: copying the sources' ACLs onto the mirrors (KIP-290 pattern types: v1+).
+    "CreateAcls": (CreateAclsRequest, CreateAclsResponse, 1, 3),
+    "DeleteAcls": (DeleteAclsRequest, DeleteAclsResponse, 1, 3),
     "SaslHandshake": (SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
     "SaslAuthenticate": (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
 }

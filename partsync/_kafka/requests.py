@@ -6,6 +6,7 @@ not depend on its internals."""
 
 from __future__ import annotations
 
+from partsync._kafka.acl_requests import AclRequests
 from partsync._kafka.admin_requests import AdminRequests
 from partsync._kafka.connection import BrokerConnection
 from partsync._kafka.fetch_requests import THROTTLE_WAIT_LIMIT_S, FetchedPartition, FetchRequests
@@ -41,6 +42,7 @@ class Connection(
     GroupRequests,
     GroupOffsetRequests,
     AdminRequests,
+    AclRequests,
     ProbeRequests,
 ):
     """A broker connection with partsync's typed requests."""

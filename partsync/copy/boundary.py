@@ -10,6 +10,7 @@ from partsync.copy.context import CopyContext
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError, DivergenceError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
+from partsync.io.foreign import describe_foreign
 from partsync.io.reader import batch_at
 from partsync.plan.comparator import (
     RECREATED_HINT,
@@ -167,6 +168,10 @@ def _compare_last(ctx: CopyContext, mine: Batch, names: tuple[str, ...]) -> bool
                     "the local batch holds hole records of an earlier run with "
                     "--compaction-holes fill: run with it again"
                 )
+            elif not mine.is_control:
+                # As a rule a write into the mirror by someone else: say whose it was.
+                who = describe_foreign(ctx.local, ctx.topic, ctx.partition, mine)
+                hint = f"{who}; or {hint}"
             raise DivergenceError(
                 f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "
                 f"differs from {name}'s batch {theirs.base_offset}..{theirs.last_offset} that "

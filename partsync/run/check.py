@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from partsync.config import ClusterRef, read_secret_file
 from partsync.copy.producer import transactional_id
 from partsync.errors import PartsyncError
 from partsync.io.cluster import Cluster
@@ -36,9 +35,10 @@ from partsync.plan.preflight import (
     Op,
     Verdict,
     acl_verdict,
-    jwt_subject,
     ops_verdict,
 )
+from partsync.run.acl_sync import principal_of
+from partsync.run.check_acls import local_acl_findings, source_acl_findings
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
 
 __all__ = ["CheckOptions", "check_clusters"]
@@ -57,27 +57,6 @@ class CheckOptions:
     fencing: bool = True
 
 
-def principal_of(ref: ClusterRef) -> str | None:
-    """The principal Kafka's default rules give this client: ``User:<name>`` under SASL (an
-    OAUTHBEARER token's ``sub``), ``User:ANONYMOUS`` over PLAINTEXT; unknown over TLS (the
-    certificate's mapped name)."""
-    sec = ref.security
-    if sec.sasl_mechanism == "OAUTHBEARER":
-        token = sec.sasl_oauthbearer_token
-        if sec.sasl_oauthbearer_token_file:
-            try:
-                token = read_secret_file(sec.sasl_oauthbearer_token_file, "token")
-            except PartsyncError:
-                return None
-        sub = jwt_subject(token or "")
-        return f"User:{sub}" if sub else None
-    if sec.uses_sasl:
-        return f"User:{sec.sasl_plain_username}"
-    if not sec.uses_ssl or not sec.ssl_certfile:  # TLS without a client certificate too
-        return "User:ANONYMOUS"
-    return None
-
-
 def check_clusters(req: SyncRequest, pool: ClusterPool, opts: CheckOptions) -> CheckReport:
     pool.watch((req.local, *req.sources), req.topics)
     checks = [_reach(pool.get(ref), "source") for ref in req.sources]
@@ -85,6 +64,8 @@ def check_clusters(req: SyncRequest, pool: ClusterPool, opts: CheckOptions) -> C
         if c.error is None:
             source = pool.get(ref)
             _step(c, "topics", lambda: _source_findings(source, req))  # noqa: B023 (called now)
+            if req.acls.sync:
+                _step(c, "acls", lambda: source_acl_findings(source))  # noqa: B023 (called now)
     _tolerate_partial_sources(checks, req.topics)
     local = pool.get(req.local)
     local_check = _reach(local, "local")
@@ -203,6 +184,8 @@ def _local_findings(
         _step(check, "transactions", lambda: [_replay_finding(cluster)])
     else:
         check.findings.append(_idempotent_finding(cluster_ops, check.findings))
+    if req.acls.active:
+        _step(check, "acls", lambda: local_acl_findings(cluster, req, cluster_ops))
     if opts.group is not None:
         group = opts.group
         _step(check, f"group {group}", lambda: _group_findings(cluster, group))

@@ -20,8 +20,14 @@ from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.producer import slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.cluster import Cluster, TopicInfo
+from partsync.io.foreign import with_foreign
 from partsync.io.pool import ClusterPool
-from partsync.plan.comparator import Bounds, Condition, plan_partition, unknown_without
+from partsync.plan.comparator import (
+    Bounds,
+    Condition,
+    plan_partition,
+    unknown_without,
+)
 from partsync.plan.selection import select
 from partsync.plan.topic_rules import LocalTopicRules, rules_from
 from partsync.plan.topic_select import select_topics
@@ -239,6 +245,8 @@ def _plan_topic(
         if plan.condition is Condition.IN_SYNC and (topic, p) in aborted:
             srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.sources}
             plan = checked_in_sync(plan, srcs, local, req.options, rules)
+        if plan.condition is Condition.UNSAFE and create is None and refusal is None:
+            plan = with_foreign(plan, local)
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = located(plan, local.name)
         plans.append(plan)

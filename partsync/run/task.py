@@ -27,6 +27,7 @@ from partsync.copy.partition import copy_partition
 from partsync.copy.producer import ProducerSession, open_producer_for, renew_producer
 from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
+from partsync.io.foreign import with_foreign
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
     Bounds,
@@ -39,6 +40,7 @@ from partsync.plan.comparator import (
 from partsync.plan.results import PartitionResult, Status
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.run.planner import SyncRequest, TopicPlan, uncopied_result
+from partsync.run.topic_plan import located
 
 __all__ = [
     "PartitionTask",
@@ -126,6 +128,8 @@ def refresh_plan(
     fresh = unknown_without(fresh, unreachable)
     if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:
         return p
+    if fresh.condition is Condition.UNSAFE:
+        fresh = located(with_foreign(fresh, local), local.name)
     return fresh
 
 

@@ -1,6 +1,7 @@
 """Applying a plan's topic changes, the one write a plan may call for before copying: creating a
 missing local topic (``--create-missing``) or growing a local topic whose sources gained
-partitions (CreatePartitions). Planning (``run.planner``) only reads; this step writes, then has
+partitions (CreatePartitions); then, when asked, the topics' configs and ACLs as the sources
+have them (``--sync-configs``, ``--sync-acls``). Planning (``run.planner``) only reads; this step writes, then has
 the changed topics planned again, since their local bounds and rules are real only now.
 """
 
@@ -16,6 +17,7 @@ from partsync.io.cluster import Cluster
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import Condition
 from partsync.plan.topic_configs import mirror_configs
+from partsync.run.acl_sync import with_acls
 from partsync.run.topic_configs import sync_configs
 from partsync.run.topic_plan import SyncRequest, TopicPlan, located
 
@@ -71,6 +73,8 @@ def apply_topic_changes(
             warnings = (grew,)
         again = replan(dataclasses.replace(req, topics=(tp.topic,)), pool)[0]
         out.append(dataclasses.replace(again, warnings=warnings + again.warnings))
+    if req.acls.active:
+        out = with_acls(req.acls, req.sources, req.local, pool, out)
     return out
 
 

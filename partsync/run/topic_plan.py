@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from partsync.config import ClusterRef
 from partsync.copy.options import CopyOptions
 from partsync.errors import ClusterError
+from partsync.plan.acls import AclOptions
 from partsync.plan.comparator import Condition, PartitionPlan, PlanPolicy
 from partsync.plan.results import PartitionResult, Status, TopicResult
 from partsync.plan.topic_configs import ConfigPolicy
@@ -49,6 +50,8 @@ class SyncRequest:
     # also for a topic --create-missing creates.
     sync_configs: bool = False
     config_policy: ConfigPolicy = ConfigPolicy()
+    # --sync-acls / --read-only: the mirrors' ACLs (``run.acl_sync``).
+    acls: AclOptions = AclOptions()
 
     @property
     def job_topics(self) -> tuple[str, ...]:

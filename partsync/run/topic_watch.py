@@ -17,6 +17,8 @@ watch reads the sources' metadata and notices these changes:
   its mirror is kept as it is (never deleted for the operator); created again later, it is
   refused as above. Deleted on some of several sources, it is mirrored from the others, with
   a warning;
+* with ``--sync-acls`` / ``--read-only``, the followed topics' ACLs as the sources have them,
+  and who else could write a mirror (``run.acl_sync``);
 * with ``--topic-pattern``, a topic that appeared on a source and matches: planned like a
   topic whose plan failed (created locally with ``--create-missing``), then followed. The
   group's subscription takes it to the job's other processes, whose own checks find it too.
@@ -29,13 +31,15 @@ own checks, which refuse a local log that no source continues.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from partsync.errors import PartsyncError
 from partsync.io.pool import ClusterPool
 from partsync.plan.topic_select import appeared, lost_by
+from partsync.run.acl_sync import follow_acls
 from partsync.run.planner import SyncRequest, TopicPlan, apply_topic_changes, plan_topics
 from partsync.run.task import PartitionTask, tasks_for
 from partsync.run.topic_configs import follow_configs
@@ -71,6 +75,30 @@ def recreated_reason(topic: str, source: str, old: str, new: str) -> str:
         f"{new}): its offsets restarted, so nothing more is copied from it into the old copy; "
         "delete the local topic, or mirror into a new one, to start over"
     )
+
+
+def _follow_settings(
+    req: SyncRequest,
+    pool: ClusterPool,
+    seen: dict[str, dict[str, int]],
+    followed: Iterable[str],
+    out: TopicChanges,
+    warn: Callable[[str, str], None],
+) -> None:
+    """--sync-configs and --sync-acls / --read-only at a topic check: the followed topics'
+    configs and ACLs as their sources have them (``seen``: the sources holding each now); a
+    topic whose source can no longer be mirrored is refused into ``out``."""
+    ended = out.gone.keys() | out.refused.keys()
+    if req.sync_configs:
+        held = {t: sorted(c) for t, c in seen.items() if c and t not in ended}
+        refused, failed = follow_configs(req, pool, held)
+        out.refused.update(refused)
+        for topic, why in failed.items():
+            warn(topic, why)
+    if req.acls.active:
+        kept = sorted(set(followed) - out.gone.keys() - out.refused.keys())
+        notice = functools.partial(warn, "")
+        follow_acls(req.acls, req.sources, req.local, pool, kept, notice=notice)
 
 
 class TopicWatch:
@@ -144,13 +172,7 @@ class TopicWatch:
         for topic, counts in seen.items():
             if topic not in out.refused:
                 self._gone(topic, set(counts), answered, out)
-        if self.req.sync_configs:
-            ended = out.gone.keys() | out.refused.keys()
-            held = {t: sorted(c) for t, c in seen.items() if c and t not in ended}
-            refused, failed = follow_configs(self.req, pool, held)
-            out.refused.update(refused)
-            for topic, why in failed.items():
-                self._warn(topic, why)
+        _follow_settings(self.req, pool, seen, self.counts, out, self._warn)
         self.gone = (self.gone | out.gone.keys()) - out.refused.keys()
         for topic in (*out.refused, *out.gone):
             self.counts.pop(topic, None)

@@ -41,6 +41,7 @@ Exit codes:
   3  at least one partition was refused as unsafe (others were still synced)
   4  not caught up: sync --deadline stopped the run first, or a partition is behind (a source
      transaction held back until its marker); run again later
+  5  --follow: a followed topic was deleted on every source that had it (its mirror is kept)
 """
 
 CLUSTER_HELP = (
@@ -195,6 +196,8 @@ class SelectionArgs:
     add_partitions: bool
     as_json: bool
     sync_configs: bool = False
+    sync_acls: bool = False
+    read_only: bool = False
 
     @classmethod
     def from_click(cls, kw: Mapping[str, Any]) -> SelectionArgs:
@@ -209,6 +212,8 @@ class SelectionArgs:
             add_partitions=kw["add_partitions"],
             as_json=kw["as_json"],
             sync_configs=kw["sync_configs"],
+            sync_acls=kw["sync_acls"],
+            read_only=kw["read_only"],
         )
 
     def request(self, ctx: Ctx, options: CopyOptions, sources: str | None = None) -> Any:
@@ -226,6 +231,8 @@ class SelectionArgs:
             on_retention_gap=self.on_retention_gap,
             add_partitions=self.add_partitions,
             sync_configs=self.sync_configs,
+            sync_acls=self.sync_acls,
+            read_only=self.read_only,
         )
 
 
@@ -326,6 +333,26 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
             "LogAppendTime is refused (exit 3). `plan --sync-configs` shows the drift.",
         ),
         click.option(
+            "--sync-acls",
+            is_flag=True,
+            help="Copy the source's ACLs on the mirrored topics (and, with --follow, on the "
+            "--sync-groups groups) to the local cluster (DescribeAcls, CreateAcls), and "
+            "remove those partsync created that the source no longer has, as its record "
+            "(topic partsync.acls) says: never an ACL someone else made. The config file's "
+            "[acls] filters and maps principals. Once per run, and with --follow at every "
+            "topic check; `plan --sync-acls` shows the changes.",
+        ),
+        click.option(
+            "--read-only",
+            is_flag=True,
+            help="Keep the mirror topics read-only: no grant that lets another principal "
+            "change them (WRITE, DELETE, ALTER, ALL) is copied, and every run warns of local "
+            "grants that do (partsync's own principal aside; [acls] principal names it where "
+            "its login does not). Needs an authorizer and "
+            "allow.everyone.if.no.acl.found=false on the local cluster (else exit 2); super "
+            "users can still write.",
+        ),
+        click.option(
             "--add-partitions/--no-add-partitions",
             default=True,
             show_default=True,
@@ -352,7 +379,10 @@ def build_request(
     on_retention_gap: str = "refuse",
     add_partitions: bool = True,
     sync_configs: bool = False,
+    sync_acls: bool = False,
+    read_only: bool = False,
 ) -> Any:
+    from partsync.plan.acls import DEFAULT_RECORD_TOPIC, AclOptions, AclPolicy
     from partsync.plan.topic_configs import ConfigPolicy
     from partsync.run.planner import SyncRequest
 
@@ -377,4 +407,13 @@ def build_request(
         options=options or CopyOptions(),
         sync_configs=sync_configs,
         config_policy=ConfigPolicy.of(cfg.follow_configs, cfg.unfollow_configs),
+        acls=AclOptions(
+            sync=sync_acls,
+            read_only=read_only,
+            policy=AclPolicy(
+                cfg.acls.get("principals", ()), cfg.acls.get("exclude", ()), cfg.acls.get("map", ())
+            ),
+            record_topic=cfg.acls.get("record_topic") or DEFAULT_RECORD_TOPIC,
+            principal=cfg.acls.get("principal"),
+        ),
     )

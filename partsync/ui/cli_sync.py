@@ -4,6 +4,7 @@ and checked in ``sync_args``."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 from collections.abc import Iterator
@@ -58,6 +59,10 @@ def plan(ctx: Ctx, /, **options: Any) -> None:
             from partsync.run.topic_configs import with_config_drift
 
             plans = with_config_drift(req, pool, plans)
+        if req.acls.active:
+            from partsync.run.acl_sync import with_acls
+
+            plans = with_acls(req.acls, req.sources, req.local, pool, plans, apply=False)
         if args.scan:
             from partsync.run.scan import scan_topics
 
@@ -101,7 +106,11 @@ def sync(ctx: Ctx, /, **options: Any) -> None:
     """
     args = SyncArgs.from_click(options)
     req = args.selection.request(ctx, args.copy)
-    outcome = _run(args, req, groups_to_sync(args, ctx.config, req))
+    to_sync = groups_to_sync(args, ctx.config, req)
+    if to_sync is not None and req.acls.sync:  # the copied groups' ACLs follow too
+        acls = dataclasses.replace(req.acls, groups=to_sync.groups)
+        req = dataclasses.replace(req, acls=acls)
+    outcome = _run(args, req, to_sync)
     _render(args, outcome)
     code = outcome.exit_status
     if args.metrics_file:

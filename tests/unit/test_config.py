@@ -200,7 +200,8 @@ def test_unknown_top_level_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(path, env={})
     msg = str(exc.value)
-    assert "unknown top-level key(s) lokal (known: clusters, defaults, local, topic_configs)" in msg
+    known = "(known: acls, clusters, defaults, local, topic_configs)"
+    assert f"unknown top-level key(s) lokal {known}" in msg
     assert str(path) in msg
 
 
@@ -637,5 +638,37 @@ def test_topic_configs_add_and_remove_followed_keys(tmp_path: Path) -> None:
     ],
 )
 def test_topic_configs_errors_name_the_table(tmp_path: Path, table: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, table), env={})
+
+
+def test_acls_table(tmp_path: Path) -> None:
+    text = (
+        '[acls]\nprincipals = ["User:app-*"]\nexclude = ["User:admin"]\n'
+        'principal = "User:partsync"\nrecord_topic = "dr.acls"\n'
+        '[acls.map]\n"User:app-1" = "User:app-1-dr"\n'
+    )
+    cfg = load_config(write(tmp_path, text), env={})
+    assert cfg.acls == {
+        "principals": ("User:app-*",),
+        "exclude": ("User:admin",),
+        "map": (("User:app-1", "User:app-1-dr"),),
+        "principal": "User:partsync",
+        "record_topic": "dr.acls",
+    }
+    empty = load_config(write(tmp_path, ""), env={}).acls
+    assert empty.get("principals", ()) == () and empty.get("principal") is None
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ('[acls]\nprincipals = "User:a"\n', r"\[acls\] principals must list principals"),
+        ('[acls.map]\n"app" = "User:b"\n', r"\[acls\] map must map principals"),
+        ("[acls]\nprincipal = 3\n", r"\[acls\] principal must be a non-empty string"),
+        ('[acls]\nrecord-topic = "x"\n', r"\[acls\]: unknown key\(s\) record-topic"),
+    ],
+)
+def test_acls_errors_name_the_table(tmp_path: Path, table: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(write(tmp_path, table), env={})

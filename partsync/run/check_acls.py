@@ -1,0 +1,77 @@
+"""``partsync check`` with ``--sync-acls`` / ``--read-only``: the rights an ACL pass needs on
+each cluster, whether the local cluster can keep a mirror read-only, and which local grants
+would let someone else write a mirror. Reads only (DescribeAcls, DescribeCluster, Metadata,
+DescribeConfigs)."""
+
+from __future__ import annotations
+
+from partsync.errors import PartsyncError
+from partsync.io.acls import cluster_acls, local_authorizer
+from partsync.io.cluster import Cluster
+from partsync.io.probes import Rights, topic_rights
+from partsync.plan.acls import Acl, AclOptions, other_writers
+from partsync.plan.preflight import Finding, Op, Verdict, ops_verdict
+from partsync.run.acl_sync import own_principal
+from partsync.run.topic_plan import SyncRequest
+
+__all__ = ["local_acl_findings", "source_acl_findings"]
+
+
+def _can_list(cluster: Cluster, why: str) -> tuple[Finding, set[Acl] | None]:
+    try:
+        acls = cluster_acls(cluster)
+    except PartsyncError as e:
+        return Finding("cluster", "DESCRIBE", Verdict.MISSING, f"{why}: {e.reason}"), None
+    return Finding("cluster", "DESCRIBE", Verdict.OK, f"{why} (DescribeAcls)"), acls
+
+
+def source_acl_findings(cluster: Cluster) -> list[Finding]:
+    """--sync-acls reads the source's ACLs: DESCRIBE on its cluster resource."""
+    return [_can_list(cluster, "--sync-acls reads the topics' ACLs")[0]]
+
+
+def local_acl_findings(
+    cluster: Cluster, req: SyncRequest, cluster_ops: frozenset[int] | None
+) -> list[Finding]:
+    opts: AclOptions = req.acls
+    found, have = _can_list(cluster, "the ACL pass reads the mirrors' ACLs")
+    out = [found]
+    if opts.sync:
+        why = "--sync-acls creates and deletes ACLs (CreateAcls, DeleteAcls)"
+        out.append(ops_verdict(cluster_ops, Op.ALTER, "cluster", why))
+        topic = opts.record_topic
+        ops = topic_rights(cluster, (topic,)).get(topic, Rights())
+        subject = f"topic {topic}"
+        what = "the record of the ACLs partsync created"
+        if cluster.topic(topic) is None:
+            out.append(ops_verdict(ops.allowed, Op.CREATE, subject, f"creating {what}"))
+        for op in (Op.READ, Op.WRITE):
+            out.append(ops_verdict(ops.allowed, op, subject, what))
+    if not opts.read_only:
+        return out
+    try:
+        closed = local_authorizer(cluster)
+    except PartsyncError as e:
+        out.append(Finding("cluster", "authorizer", Verdict.UNKNOWN, f"--read-only: {e.reason}"))
+    else:
+        verdict = Verdict.MISSING if closed else Verdict.OK
+        detail = closed or "an authorizer, allow.everyone.if.no.acl.found=false"
+        out.append(Finding("cluster", "authorizer", verdict, f"--read-only: {detail}"))
+    try:
+        own = own_principal(opts, req.local)
+    except PartsyncError as e:
+        out.append(Finding("cluster", "principal", Verdict.MISSING, e.reason))
+        return out
+    for t in req.topics if have is not None else ():
+        writers = other_writers(have or (), t, own)
+        out.append(
+            Finding(
+                f"topic {t}",
+                "read-only",
+                Verdict.MISSING if writers else Verdict.OK,
+                "writable by others: " + "; ".join(a.describe() for a in writers)
+                if writers
+                else f"no grant lets a principal other than {own} change it",
+            )
+        )
+    return out
