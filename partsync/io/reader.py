@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from partsync._kafka import PROBE_WAIT_MS, Connection, FetchedPartition, fetch_error
 from partsync.errors import ClusterError, CorruptBatchError, UnsafeError
 from partsync.wire.batch import Batch, iter_batches
+from partsync.wire.filler import is_filler
 
 __all__ = [
     "MAX_FETCH_BYTES",
@@ -24,6 +25,7 @@ __all__ = [
     "RangeRead",
     "batch_at",
     "checked",
+    "newest_data_timestamp",
     "read_batches",
     "read_fetches",
 ]
@@ -237,3 +239,30 @@ def batch_at(conn: Connection, cluster: str, topic: str, partition: int, offset:
         partition=partition,
         offset=offset,
     )
+
+
+def newest_data_timestamp(
+    conn: Connection,
+    cluster: str,
+    topic: str,
+    partition: int,
+    log_start: int,
+    end: int,
+    *,
+    max_batches: int = 16,
+) -> int | None:
+    """The max timestamp of the partition's newest data batch below ``end``: transaction
+    markers and filler batches are passed over (they carry the writing cluster's clock, not
+    the data's). None for an empty log, or when ``max_batches`` batches back hold no data."""
+    at = end - 1
+    for _ in range(max_batches):
+        if at < log_start:
+            return None
+        try:
+            b = batch_at(conn, cluster, topic, partition, at)
+        except UnsafeError:  # compacted away: nothing to stamp from there
+            return None
+        if not b.is_control and not is_filler(b):
+            return b.max_timestamp
+        at = b.base_offset - 1
+    return None

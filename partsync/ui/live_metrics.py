@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from partsync.ui.live_state import LiveState
 from partsync.ui.metric_families import LAST_SUCCESS, TP, TPS, counter, gauge
+from partsync.ui.topic_metrics import live_topics, topic_families
 
 __all__ = ["LiveMetrics"]
 
@@ -124,6 +125,10 @@ class LiveMetrics(LiveState, Collector):
             "1 for the partition's status after its last round.",
             ("topic", "partition", "status"),
             (((*lp(k), v), 1) for k, v in sorted(self.status.items())),
+        )
+        yield from topic_families(
+            live_topics(self.status, lag, {k: self._lag_seconds(k, v) for k, v in lag.items()}),
+            drift=False,
         )
         yield gauge(
             LAST_SUCCESS,

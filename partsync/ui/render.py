@@ -21,6 +21,7 @@ __all__ = [
     "plan_table",
     "report_notes",
     "report_table",
+    "styled",
     "summarize_chunks",
     "summary_line",
 ]
@@ -35,6 +36,11 @@ _STATUS_STYLE = {
     "handed-over": "cyan",
     "stopped": "yellow",
     "source-gone": "magenta",
+    # A link's topic states (``partsync status``).
+    "caught-up": "green",
+    "mirroring": "yellow",
+    "paused": "bold yellow",
+    "failed": "bold red",
 }
 
 
@@ -152,7 +158,8 @@ def summarize_chunks(chunks: Sequence[Chunk], limit: int = 4) -> str:
     return f"{shown}, ... ({len(chunks)} chunks: {counts})"
 
 
-def _styled(status: str) -> str:
+def styled(status: str) -> str:
+    """A status or state word in its colour (rich markup)."""
     style = _STATUS_STYLE.get(status, "")
     return f"[{style}]{status}[/]" if style else status
 
@@ -182,7 +189,7 @@ def plan_table(plans: Sequence[TopicPlan]) -> Table:
         if tp.refused or tp.error:
             status = "unsafe" if tp.refused else "error"
             blank = ["" for _ in range(3 if scanned else 0)]
-            t.add_row(tp.topic, "*", "", *["" for _ in sources], _styled(status), "", "", *blank)
+            t.add_row(tp.topic, "*", "", *["" for _ in sources], styled(status), "", "", *blank)
             continue
         for p in tp.partitions:
             t.add_row(*_plan_row(p, sources), *(_scan_cells(p) if scanned else ()))
@@ -196,7 +203,7 @@ def _scan_cells(p: PartitionPlan) -> list[str]:
     if s is None:
         return ["", "", ""]
     if s.error is not None or s.census is None:
-        return ["", "", _styled("error")]
+        return ["", "", styled("error")]
     c = s.census
     holes = f"{c.holes} ({c.batches_with_holes} batches)" if c.batches_with_holes else str(c.holes)
     txns = f"{c.committed} commit, {c.aborted} abort" if c.markers else "0"
@@ -243,7 +250,7 @@ def _plan_row(p: PartitionPlan, sources: list[str]) -> list[str]:
     for s in sources:
         b = p.sources.get(s)
         cols.append(f"{b.log_start}..{b.end}" if b else "-")
-    cols += [_styled(p.condition.value), str(p.missing), summarize_chunks(p.chunks)]
+    cols += [styled(p.condition.value), str(p.missing), summarize_chunks(p.chunks)]
     return cols
 
 
@@ -273,7 +280,7 @@ def report_table(report: SyncReport) -> Table:
             t.add_row(
                 p.topic,
                 "*" if whole else str(p.partition),
-                _styled(p.status.value),
+                styled(p.status.value),
                 "-" if whole else ends,
                 "-" if whole else str(p.target_end),
                 str(p.batches),

@@ -626,6 +626,8 @@ def test_a_followers_mirror_takes_its_sources_configs_and_follows_their_changes(
         90,
         diag,
     )
+    caught_up = ("partsync_topic_state", frozenset({("topic", created), ("state", "caught-up")}))
+    _wait("the topic's state in the metrics", lambda: f.scrape().get(caught_up) == 1, 30, diag)
     mirror = topic_configs(group_local.bootstrap, created)
     assert mirror["segment.bytes"] == "1048576" and mirror["retention.ms"] == "9000000000000"
     assert mirror["min.compaction.lag.ms"] == "1000", mirror
@@ -642,11 +644,12 @@ def test_a_followers_mirror_takes_its_sources_configs_and_follows_their_changes(
         lambda: (
             (c := topic_configs(group_local.bootstrap, created))["retention.ms"] == "8000000000000"
             and c["segment.ms"] == "3600000"
+            # Logged once the broker answered, a moment after the change is visible.
+            and f"topic {created} on local: set " in f.stderr()
         ),
         30,
         diag,
     )
-    assert f"topic {created} on local: set " in f.stderr(), diag()
     assert_partitions_identical(source_a.bootstrap, group_local.bootstrap, created, 1)
     assert f.stop(signal.SIGTERM) == 0, diag()
 

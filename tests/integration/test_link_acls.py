@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
+from partsync.demo.brokers import Broker
 from partsync.demo.data import assert_partitions_identical, create_topic, produce
 from tests.conftest import CliResult, run_cli
 from tests.integration.kafka_proxy import StrictProxy
-from tests.integration.sync_support import records
+from tests.integration.sync_support import ends, records
 from tests.support.kafka_jvm import KafkaCluster, SaslSetup, start_kafka_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
@@ -410,9 +411,29 @@ def test_a_follower_copies_an_acl_created_on_the_source_while_it_runs(
 
 
 def dst_has(dst: KafkaCluster, name: str, n: int) -> bool:
-    from tests.integration.sync_support import ends
-
     try:
         return ends(dst.bootstrap, name, 1) == {0: n}
     except Exception:  # noqa: BLE001 (not created yet, or no leader yet: not there)
         return False
+
+
+def test_read_only_on_a_cluster_without_an_authorizer_is_refused_before_anything_is_written(
+    source_a: Broker, local_broker: Broker, tmp_path: Path, topic: str
+) -> None:
+    create_topic(source_a.bootstrap, topic, 1)
+    produce(source_a.bootstrap, topic, records(5, seed=3))
+    create_topic(local_broker.bootstrap, topic, 1)
+    cfg = tmp_path / "plain.toml"
+    cfg.write_text(
+        'local = "dst"\n'
+        f'[clusters.src]\nbootstrap_servers = ["{source_a.bootstrap}"]\n'
+        f'[clusters.dst]\nbootstrap_servers = ["{local_broker.bootstrap}"]\n'
+    )
+    r = _run(cfg, "sync", "--topic", topic, "--sources", "src", "--read-only", "--json")
+    assert r.code == 2, r.stdout + r.stderr
+    assert "--read-only: cluster dst has no authorizer" in r.stdout, r.stdout
+    assert ends(local_broker, topic, 1) == {0: 0}
+    r = _run(cfg, "check", "--topic", topic, "--sources", "src", "--read-only", "--json")
+    assert r.code == 1
+    (f,) = [f for c in r.json["clusters"] for f in c["findings"] if f["need"] == "authorizer"]
+    assert f["verdict"] == "missing" and "no authorizer" in f["detail"], f

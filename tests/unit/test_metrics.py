@@ -244,3 +244,24 @@ def test_live_endpoint_serves_the_counters_over_http() -> None:
         urllib.request.urlopen(url, timeout=5).close()
     # Nothing went to prometheus_client's global registry.
     assert b"partsync_" not in generate_latest(REGISTRY)
+
+
+def test_live_metrics_carry_each_topics_state_and_lag() -> None:
+    m = samples(_live().render())
+    topic = frozenset({("topic", "orders")})
+    states = {
+        dict(labels)["state"]: v
+        for (name, labels), v in m.items()
+        if name == "partsync_topic_state"
+    }
+    # Caught up at its last round, but the tail saw the source move on: mirroring.
+    assert states == {
+        "caught-up": 0,
+        "mirroring": 1,
+        "paused": 0,
+        "failed": 0,
+        "source-gone": 0,
+    }
+    assert m[("partsync_topic_lag_records", topic)] == 20
+    # The follower's status is in its metrics; config drift only in `partsync status`'s.
+    assert not any(name == "partsync_topic_config_drift" for name, _ in m)
