@@ -9,8 +9,9 @@ Kafka's authorizer rules honoured here:
   so a read-only mirror cannot be made with a DENY. It is made by granting WRITE to nobody
   but partsync (``withheld``), on a cluster whose authorizer denies what no ACL allows
   (``allow.everyone.if.no.acl.found=false``);
-* ALL on a topic includes WRITE, DELETE (DeleteRecords, deleting the topic) and ALTER
-  (CreatePartitions): each would change a mirror under partsync.
+* ALL on a topic includes WRITE, DELETE (DeleteRecords, deleting the topic), ALTER
+  (CreatePartitions) and ALTER_CONFIGS (e.g. turning compaction or LogAppendTime on): each
+  would change a mirror under partsync.
 
 partsync removes only the ACLs it created itself, as its record says (``AclChanges``): an ACL
 of the same shape that an operator created is never guessed to be partsync's.
@@ -52,7 +53,16 @@ DEFAULT_RECORD_TOPIC = "partsync.acls"
 TOPIC, GROUP = 2, 3
 LITERAL, PREFIXED = 3, 4
 DENY, ALLOW = 2, 3
-ALL, READ, WRITE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS = 2, 3, 4, 6, 7, 8, 10
+ALL, READ, WRITE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS = (
+    2,
+    3,
+    4,
+    6,
+    7,
+    8,
+    10,
+    11,
+)
 
 _RESOURCES = {TOPIC: "TOPIC", GROUP: "GROUP"}
 _PATTERNS = {LITERAL: "LITERAL", PREFIXED: "PREFIXED"}
@@ -73,7 +83,7 @@ _OPERATIONS = {
 # What ALL on a mirror topic still grants under --read-only: reading it, as consumers do.
 _READ_OPS = (READ, DESCRIBE, DESCRIBE_CONFIGS)
 # Operations that change a topic's log: whoever holds one could write a mirror.
-_WRITING = frozenset({ALL, WRITE, DELETE, ALTER})
+_WRITING = frozenset({ALL, WRITE, DELETE, ALTER, ALTER_CONFIGS})
 
 
 def _name(table: Mapping[int, str], code: int) -> str:

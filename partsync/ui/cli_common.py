@@ -346,7 +346,7 @@ def _with_selection_options(f: Callable[..., Any], sources_required: bool) -> Ca
             "--read-only",
             is_flag=True,
             help="Keep the mirror topics read-only: no grant that lets another principal "
-            "change them (WRITE, DELETE, ALTER, ALL) is copied, and every run warns of local "
+            "change them (WRITE, DELETE, ALTER, ALTER_CONFIGS, ALL) is copied, and every run warns of local "
             "grants that do (partsync's own principal aside; [acls] principal names it where "
             "its login does not). Needs an authorizer and "
             "allow.everyone.if.no.acl.found=false on the local cluster (else exit 2); super "

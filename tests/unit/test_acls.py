@@ -162,6 +162,7 @@ def test_acl_changes(
         ([acl(op=ALL, pattern=PREFIXED, name="or")], ["User:app"]),
         ([acl(op=WRITE, who="User:*", name="*")], ["User:*"]),  # matches everyone
         ([acl(op=DELETE)], ["User:app"]),  # DeleteRecords would change the mirror too
+        ([acl(op=11)], ["User:app"]),  # ALTER_CONFIGS: e.g. compaction turned on
         ([acl(op=WRITE, perm=DENY)], []),
         ([acl(op=WRITE, name="other")], []),
     ],
