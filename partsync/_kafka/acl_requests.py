@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin.acl import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
 from partsync._kafka.codes import raise_for_code
-from partsync._kafka.probe_requests import AclEntry
+from partsync._kafka.probe_requests import AclEntry, acl_entries
 
 __all__ = ["AclRequests"]
 
@@ -44,19 +44,7 @@ class AclRequests:
         )
         msg = f" ({resp.error_message})" if getattr(resp, "error_message", None) else ""
         raise_for_code(resp.error_code, f"DescribeAcls{msg}", cluster=self.cluster)
-        return [
-            AclEntry(
-                int(r.resource_type),
-                r.resource_name,
-                int(r.pattern_type),
-                a.principal,
-                a.host,
-                int(a.operation),
-                int(a.permission_type),
-            )
-            for r in resp.resources
-            for a in r.acls
-        ]
+        return acl_entries(resp)
 
     def create_acls(self, acls: Sequence[AclEntry]) -> None:
         """Create the bindings (an existing one is no error: Kafka keeps one of each)."""

@@ -11,7 +11,7 @@ from kafka.protocol.admin.cluster import DescribeClusterRequest
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
-__all__ = ["AclEntry", "ProbeRequests"]
+__all__ = ["AclEntry", "ProbeRequests", "acl_entries"]
 
 # ACL resource pattern filter MATCH: every ACL that applies to a name (literal, prefixed,
 # wildcard), as the authorizer would match them.
@@ -30,6 +30,23 @@ class AclEntry:
     host: str
     operation: int
     permission: int
+
+
+def acl_entries(resp: Any) -> list[AclEntry]:
+    """The ACLs of a DescribeAcls answer."""
+    return [
+        AclEntry(
+            int(r.resource_type),
+            r.resource_name,
+            int(r.pattern_type),
+            a.principal,
+            a.host,
+            int(a.operation),
+            int(a.permission_type),
+        )
+        for r in resp.resources
+        for a in r.acls
+    ]
 
 
 def _ops(value: Any) -> frozenset[int] | None:
@@ -126,18 +143,4 @@ class ProbeRequests:
         )
         if resp.error_code:
             return int(resp.error_code), []
-        out = []
-        for r in resp.resources:
-            for a in r.acls:
-                out.append(
-                    AclEntry(
-                        int(r.resource_type),
-                        r.resource_name,
-                        int(r.pattern_type),
-                        a.principal,
-                        a.host,
-                        int(a.operation),
-                        int(a.permission_type),
-                    )
-                )
-        return 0, out
+        return 0, acl_entries(resp)
