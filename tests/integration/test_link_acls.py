@@ -296,6 +296,14 @@ def test_acls_follow_the_source_and_a_read_only_mirror_keeps_writers_out(
         "the source's ACLs to go",
         lambda: not {p for p, *_ in _acls(src.bootstrap, name)} & {"User:reader", "User:ops"},
     )
+    # plan says what sync would do, and writes nothing.
+    planned = _run(
+        cfg, "plan", "--topic", name, "--sources", "src", "--sync-acls", "--read-only", "--json"
+    )
+    assert planned.code == 0, planned.stdout + planned.stderr
+    gone = f"would delete ACL TOPIC:LITERAL:{name} User:reader@* READ ALLOW"
+    assert gone in "\n".join(planned.json["topics"][0]["warnings"]), planned.stdout
+    assert ("User:reader", "READ", "ALLOW", "LITERAL", name) in _acls(dst.bootstrap, name)
     r = _run(cfg, *args)
     assert r.code == 0, r.stdout + r.stderr
     assert f"deleted ACL TOPIC:LITERAL:{name} User:reader@* READ ALLOW" in "\n".join(
