@@ -11,13 +11,10 @@ import time
 from collections.abc import Iterable
 
 from partsync._kafka import AclEntry, ErrorCode
-from partsync.errors import BrokerError, ClusterError
-from partsync.io.broker_errors import broker_error
+from partsync.errors import ClusterError
 from partsync.io.cluster import Cluster
-from partsync.io.reader import read_batches
+from partsync.io.record_topic import RecordTopic
 from partsync.plan.acls import DEFAULT_RECORD_TOPIC, GROUP, TOPIC, Acl
-from partsync.wire.keyed import keyed_batch
-from partsync.wire.records import iter_records
 
 __all__ = [
     "DEFAULT_RECORD_TOPIC",
@@ -28,7 +25,6 @@ __all__ = [
     "local_authorizer",
 ]
 
-_READ_BYTES = 1 << 20
 _BROKER_RESOURCE = 4
 _ALLOW_EVERYONE = "allow.everyone.if.no.acl.found"
 
@@ -69,45 +65,23 @@ def delete_acls(cluster: Cluster, acls: Iterable[Acl]) -> None:
 
 
 class AclRecord:
-    """The ACLs partsync created on ``cluster``, kept in ``topic`` (created compacted, one
-    partition, on first use)."""
+    """The ACLs partsync created on ``cluster``, kept in ``topic`` (``io.record_topic``)."""
 
     def __init__(self, cluster: Cluster, topic: str = DEFAULT_RECORD_TOPIC) -> None:
         self.cluster = cluster
         self.topic = topic
+        self._record = RecordTopic(cluster, topic, "the record of the ACLs partsync created")
 
-    def read(self) -> frozenset[Acl]:
-        """The recorded ACLs (the latest record of each; none before the topic exists)."""
-        if self.cluster.topic(self.topic, refresh=True) is None:
-            return frozenset()
-        b = self.cluster.bounds(self.topic, [0])[0]
-        held: dict[str, bool] = {}
-        if b.end > b.log_start:
-            conn = self.cluster.connect_leader(self.topic, 0)
+    def read(self) -> tuple[frozenset[Acl], frozenset[Acl]]:
+        """The recorded ACLs: those partsync created, and those --read-only withheld (none
+        before the topic exists)."""
+        created: set[Acl] = set()
+        withheld: set[Acl] = set()
+        for key, value in self._record.read().items():
             try:
-                for batch in read_batches(
-                    conn,
-                    self.cluster.name,
-                    self.topic,
-                    0,
-                    b.log_start,
-                    b.end,
-                    fetch_bytes=_READ_BYTES,
-                ):
-                    if batch.is_control:
-                        continue
-                    for r in iter_records(batch):
-                        if r.key is not None:
-                            held[r.key.decode()] = r.value is not None
-            finally:
-                self.cluster.release(conn)
-        out = set()
-        for key, present in held.items():
-            if not present:
-                continue
-            try:
-                out.add(Acl.from_record_key(key))
-            except ValueError as e:
+                acl = Acl.from_record_key(key)
+                kept_back = bool(json.loads(value).get("withheld"))
+            except (ValueError, AttributeError) as e:
                 raise ClusterError(
                     f"topic {self.topic} holds a record partsync did not write ({e}); it is "
                     "partsync's record of the ACLs it created: name another with "
@@ -115,42 +89,20 @@ class AclRecord:
                     cluster=self.cluster.name,
                     topic=self.topic,
                 ) from None
-        return frozenset(out)
+            (withheld if kept_back else created).add(acl)
+        return frozenset(created), frozenset(withheld)
 
-    def add(self, acls: Iterable[Acl], source: str) -> None:
+    def add(self, acls: Iterable[Acl], source: str, *, withheld: bool = False) -> None:
+        """Record ``acls`` as created (before creating them), or as withheld."""
         now = int(time.time() * 1000)
-        value = json.dumps({"source": source, "created_ms": now}).encode()
-        self._write([(a.record_key().encode(), value) for a in sorted(acls)])
+        doc: dict[str, object] = {"source": source, "created_ms": now}
+        if withheld:
+            doc = {"source": source, "withheld": True, "since_ms": now}
+        value = json.dumps(doc).encode()
+        self._record.write([(a.record_key(), value) for a in sorted(acls)])
 
     def drop(self, acls: Iterable[Acl]) -> None:
-        self._write([(a.record_key().encode(), None) for a in sorted(acls)])
-
-    def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        if not records:
-            return
-        self._ensure_topic()
-        batch = keyed_batch(records, int(time.time() * 1000))
-        conn = self.cluster.connect_leader(self.topic, 0)
-        try:
-            conn.send_produce(self.topic, {0: batch})
-            res = conn.receive_produce()[0]
-        except BrokerError:
-            self.cluster.metadata(refresh=True)
-            raise
-        finally:
-            self.cluster.release(conn)
-        if res.error_code:
-            raise broker_error(
-                res.error_code,
-                f"recording the ACLs partsync created in topic {self.topic}",
-                cluster=self.cluster.name,
-                topic=self.topic,
-                partition=0,
-            )
-
-    def _ensure_topic(self) -> None:
-        if self.cluster.topic(self.topic) is None:
-            self.cluster.create_topic(self.topic, 1, {"cleanup.policy": "compact"})
+        self._record.write([(a.record_key(), None) for a in sorted(acls)])
 
 
 def local_authorizer(cluster: Cluster) -> str | None:

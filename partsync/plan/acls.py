@@ -185,10 +185,12 @@ class AclOptions:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A source ACL that is not copied, and why."""
+    """A source ACL that is not copied, and why; ``withheld``: the local ACL it would be, kept
+    back by --read-only until a failover grants it."""
 
     acl: Acl
     why: str
+    withheld: Acl | None = None
 
 
 def in_scope(acl: Acl, topics: Iterable[str], groups: Iterable[str]) -> bool:
@@ -225,7 +227,7 @@ def mirror_acls(
         local = replace(acl, principal=policy.mapped(acl.principal))
         writes = acl.operation in _WRITING and acl.permission == ALLOW
         if read_only and acl.resource_type == TOPIC and writes:
-            skipped.append(Skipped(acl, "withheld: --read-only (granted at failover)"))
+            skipped.append(Skipped(acl, "withheld: --read-only (granted at failover)", local))
             if acl.operation == ALL:
                 wanted.update(replace(local, operation=op) for op in _READ_OPS)
             continue
@@ -237,15 +239,19 @@ def mirror_acls(
 class AclChanges:
     """What makes the local ACLs what the source calls for: ``create`` (and record first),
     ``delete`` (partsync's own, no longer called for; then forget), ``forget`` (recorded but
-    already gone), ``foreign`` (called for and present, but not partsync's: left alone)."""
+    already gone), ``foreign`` (called for and present, but not partsync's: left alone);
+    ``withhold`` (--read-only: record as withheld, for a failover to grant) and ``release``
+    (withheld records no longer called for: forget)."""
 
     create: frozenset[Acl] = frozenset()
     delete: frozenset[Acl] = frozenset()
     forget: frozenset[Acl] = frozenset()
     foreign: frozenset[Acl] = frozenset()
+    withhold: frozenset[Acl] = frozenset()
+    release: frozenset[Acl] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.create or self.delete or self.forget)
+        return bool(self.create or self.delete or self.forget or self.withhold or self.release)
 
 
 def acl_changes(
@@ -254,17 +260,25 @@ def acl_changes(
     recorded: frozenset[Acl],
     topics: Iterable[str],
     groups: Iterable[str],
+    withheld: frozenset[Acl] = frozenset(),
+    recorded_withheld: frozenset[Acl] = frozenset(),
 ) -> AclChanges:
     """The changes, given the local ACLs on the job's resources, and the record of those
-    partsync created. Only recorded ACLs on the job's ``topics`` and ``groups`` may go: another
-    job's are not this job's to judge."""
+    partsync created (and withheld). Only recorded ACLs on the job's ``topics`` and ``groups``
+    may go: another job's are not this job's to judge. A withheld ACL that is present locally
+    already (an operator's) needs no record."""
     topics, groups = tuple(topics), tuple(groups)
     stale = frozenset(a for a in recorded - wanted if in_scope(a, topics, groups))
+    create = wanted - local
     return AclChanges(
-        create=wanted - local,
+        create=create,
         delete=stale & local,
         forget=stale - local,
         foreign=(wanted & local) - recorded,
+        withhold=withheld - local - recorded_withheld,
+        release=frozenset(
+            a for a in recorded_withheld - withheld - create if in_scope(a, topics, groups)
+        ),
     )
 
 

@@ -153,13 +153,18 @@ def sync_acls(
         )
         record = AclRecord(local, opts.record_topic)
         scoped = frozenset(a for a in have if in_scope(a, topics, opts.groups))
-        report.changes = acl_changes(wanted, scoped, record.read(), topics, opts.groups)
+        withheld = frozenset(s.withheld for s in report.skipped if s.withheld is not None)
+        created, kept_back = record.read()
+        report.changes = acl_changes(
+            wanted, scoped, created, topics, opts.groups, withheld, kept_back
+        )
         if apply:
             ch = report.changes
             record.add(ch.create, report.source or "")  # first: a crash leaves it recorded
             create_acls(local, ch.create)
             delete_acls(local, ch.delete)
-            record.drop(ch.delete | ch.forget)
+            record.drop(ch.delete | ch.forget | ch.release)
+            record.add(ch.withhold, report.source or "", withheld=True)
             have = (have | ch.create) - ch.delete
     if opts.read_only:
         own = own_principal(opts, local_ref)

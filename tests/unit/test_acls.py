@@ -210,3 +210,55 @@ def test_keyed_batch_golden_bytes() -> None:
 def test_keyed_batch_needs_a_record() -> None:
     with pytest.raises(ValueError):
         keyed_batch([], 1)
+
+
+W = acl(op=WRITE)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "withheld", "local", "recorded", "recorded_withheld", "withhold", "release"),
+    [
+        # Withheld for the first time: recorded as such, for a failover to grant.
+        (set(), {W}, set(), set(), set(), {W}, set()),
+        # Recorded already: nothing to write.
+        (set(), {W}, set(), set(), {W}, set(), set()),
+        # An operator granted it already: nothing to keep back, nothing recorded.
+        (set(), {W}, {W}, set(), set(), set(), set()),
+        # The source dropped the grant: the withheld record goes.
+        (set(), set(), set(), set(), {W}, set(), {W}),
+        # --read-only turned off: created (and recorded as created, the same key), not released.
+        ({W}, set(), set(), set(), {W}, set(), set()),
+        # Another job's withheld record is not this job's to judge.
+        (set(), set(), set(), set(), {ELSEWHERE}, set(), set()),
+    ],
+)
+def test_withheld_acls_are_recorded_and_released(
+    wanted: set[Acl],
+    withheld: set[Acl],
+    local: set[Acl],
+    recorded: set[Acl],
+    recorded_withheld: set[Acl],
+    withhold: set[Acl],
+    release: set[Acl],
+) -> None:
+    ch = acl_changes(
+        frozenset(wanted),
+        frozenset(local),
+        frozenset(recorded),
+        ["orders"],
+        [],
+        frozenset(withheld),
+        frozenset(recorded_withheld),
+    )
+    assert (ch.withhold, ch.release) == (withhold, release)
+
+
+def test_a_withheld_grant_is_named_as_its_local_acl() -> None:
+    _wanted, skipped = mirror_acls(
+        [acl(op=WRITE, who="User:app")],
+        ["orders"],
+        [],
+        AclPolicy(mapping=(("User:app", "User:app-dr"),)),
+        read_only=True,
+    )
+    assert [s.withheld for s in skipped] == [acl(op=WRITE, who="User:app-dr")]
