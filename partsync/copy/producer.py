@@ -15,6 +15,7 @@ __all__ = [
     "AT_END",
     "TXN_SLOTS",
     "ProducerSession",
+    "abort_left_open",
     "fence_slots",
     "open_fenced_producers",
     "open_producer",
@@ -318,3 +319,34 @@ def open_fenced_producers(
     for tid, answer in local.init_producer_ids(list(ids), lanes=lanes).items():
         out[ids[tid]] = answer if isinstance(answer, PartsyncError) else ProducerSession(*answer)
     return out
+
+
+def abort_left_open(local: Cluster, topic: str, partition: int, *, wait: float = 30.0) -> int:
+    """Abort the replayed source transactions an earlier run left open in the partition (a
+    promotion: whether their source transactions commit is no longer known); the offsets they
+    held, from the first of them to the log end. Initialising a slot's transactional id again
+    makes its coordinator abort the open transaction (a new producer epoch); the abort markers
+    are waited for (the last stable offset reaches the log end)."""
+    if not local.can_resume_transactions():
+        return 0  # a run here holds source transactions back until their markers instead
+    tids = [slot_id(topic, partition, n) for n in range(TXN_SLOTS)]
+    states = local.describe_transactions(tids) or {}
+    ongoing = sorted(t for t, st in states.items() if st.state == "Ongoing")
+    if not ongoing:
+        return 0
+    firsts = [first for _pid, _seq, first in _left_open(local, topic, partition, states).values()]
+    _b, end = local.bounds_and_log_ends(topic, [partition])[partition]
+    held = end - min(f for f in firsts if f >= 0) if any(f >= 0 for f in firsts) else 0
+    for tid in ongoing:
+        local.init_producer_id(tid)
+    deadline = time.monotonic() + wait
+    while local.last_stable_offset(topic, partition) < end:
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"the aborted transactions' markers did not land within {wait:g}s",
+                cluster=local.name,
+                topic=topic,
+                partition=partition,
+            )
+        time.sleep(0.05)
+    return held

@@ -8,7 +8,8 @@ A topic is one of:
 * ``paused``: behind, and the job's group has no member, so nothing copies it now;
 * ``failed``: refused (unsafe: divergent history, a local log no source continues, a config
   that breaks identity), or not plannable (no source answered, a partition without a leader);
-* ``source-gone``: the mirror is there, but no source holds the topic any more.
+* ``source-gone``: the mirror is there, but no source holds the topic any more;
+* ``promoted``: failed over (``partsync promote``): a primary now, nothing is mirrored into it.
 
 Lag in seconds is the source's newest data timestamp minus the mirror's: transaction markers
 and filler batches carry the writing cluster's clock, not the data's, so both ends skip them.
@@ -38,6 +39,7 @@ class TopicState(str, enum.Enum):
     PAUSED = "paused"
     FAILED = "failed"
     SOURCE_GONE = "source-gone"
+    PROMOTED = "promoted"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import logging
 from partsync.errors import PartsyncError, TopicError
 from partsync.io.cluster import Cluster
 from partsync.io.group_offsets import GroupCoordinator
+from partsync.io.link_records import read_promotions
 from partsync.io.pool import ClusterPool
 from partsync.io.reader import newest_data_timestamp
 from partsync.plan.comparator import Condition, PartitionPlan
@@ -23,13 +24,13 @@ from partsync.plan.topic_select import select_topics
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
 from partsync.run.topic_configs import config_drift
 
-__all__ = ["link_status"]
+__all__ = ["group_members", "link_status"]
 
 log = logging.getLogger(__name__)
 
 
-def _group_runs(local: Cluster, group: str) -> bool | None:
-    """Whether the job's group has a member now; None if its coordinator cannot say."""
+def group_members(local: Cluster, group: str) -> int | None:
+    """How many members the job's group has now; None if its coordinator cannot say."""
     try:
         g = GroupCoordinator(local, group)
     except PartsyncError as e:
@@ -42,7 +43,7 @@ def _group_runs(local: Cluster, group: str) -> bool | None:
         return None
     finally:
         g.close()
-    return None if d.error_code else d.members > 0
+    return None if d.error_code else d.members
 
 
 def _stamp(cluster: Cluster, topic: str, p: int, log_start: int, end: int) -> int | None:
@@ -113,11 +114,16 @@ def _gone(req: SyncRequest, pool: ClusterPool) -> list[str]:
 def link_status(req: SyncRequest, pool: ClusterPool, group: str | None = None) -> list[TopicStatus]:
     """Every topic of the job (``req`` resolved against the sources), then the local mirrors of
     topics no source holds; ``group``: the job's group, to tell ``paused`` from ``mirroring``."""
-    runs = _group_runs(pool.get(req.local), group) if group else None
+    members = group_members(pool.get(req.local), group) if group else None
+    runs = None if members is None else members > 0
     gone = set(_gone(req, pool))
     out = []
+    promoted = read_promotions(pool.get(req.local)) or {}
     for tp in plan_topics(req, pool):
         if tp.topic in gone:
+            continue
+        if (p := promoted.get(tp.topic)) is not None:
+            out.append(TopicStatus(tp.topic, TopicState.PROMOTED, reason=p.refusal()))
             continue
         out.append(_topic(tp, pool, req, runs))
     for topic in sorted(gone):

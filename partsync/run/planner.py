@@ -21,6 +21,7 @@ from partsync.copy.producer import slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.foreign import with_foreign
+from partsync.io.link_records import read_promotions
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
     Bounds,
@@ -28,6 +29,7 @@ from partsync.plan.comparator import (
     plan_partition,
     unknown_without,
 )
+from partsync.plan.promotion import PROMOTIONS_TOPIC, Promotion
 from partsync.plan.selection import select
 from partsync.plan.topic_rules import LocalTopicRules, rules_from
 from partsync.plan.topic_select import select_topics
@@ -329,6 +331,23 @@ def _aborted_replays(req: SyncRequest, pool: ClusterPool) -> frozenset[tuple[str
     return frozenset(tp for t in tids if (tp := slot_partition(t)) and tp[0] in wanted)
 
 
+def _promoted(req: SyncRequest, pool: ClusterPool) -> dict[str, Promotion]:
+    """The job's topics promoted on the local cluster (``partsync promote``), read before
+    every plan, so no run of any kind mirrors into a promoted topic. A principal that may not
+    describe the record's topic cannot tell: it is warned, and plans as before."""
+    local = pool.get(req.local)
+    promoted = read_promotions(local)
+    if promoted is None:
+        log.warning(
+            "cluster %s: not authorized to read topic %s, so a promoted topic would not be "
+            "recognised and could be mirrored into: grant DESCRIBE and READ on it",
+            local.name,
+            PROMOTIONS_TOPIC,
+        )
+        return {}
+    return {t: p for t, p in promoted.items() if t in req.topics}
+
+
 def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
     """Plan every requested topic; reads only. Raises ``ClusterError`` when the local cluster is
     unreachable."""
@@ -342,7 +361,17 @@ def plan_topics(req: SyncRequest, pool: ClusterPool) -> list[TopicPlan]:
             if e.cluster == req.local.name and isinstance(e, ClusterError) and e.topic is None:
                 raise
             out.append(TopicPlan(topic, (), error=str(e)))
-    return out
+    # Read after the plans (a local cluster that does not answer fails them first, naming what
+    # failed), before anything is written: a promoted topic is a primary now.
+    if not any(tp.partitions for tp in out):
+        return out  # nothing plannable, nothing to write (the local cluster may be down)
+    promoted = _promoted(req, pool)
+    return [
+        TopicPlan(tp.topic, (), refused=promoted[tp.topic].refusal())
+        if tp.topic in promoted
+        else tp
+        for tp in out
+    ]
 
 
 def apply_topic_changes(

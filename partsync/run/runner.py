@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ParamSpec, Protocol
 
 from partsync.config import ClusterRef
 from partsync.copy.context import ProgressFn
@@ -34,6 +34,7 @@ from partsync.io.tail import Tail
 from partsync.plan.comparator import Condition, PartitionPlan
 from partsync.plan.results import PartitionResult, Status
 from partsync.run.engine import Engine
+from partsync.run.source_ends import SourceEnds
 from partsync.run.task import PartitionTask, merge_results
 from partsync.run.topic_watch import TopicChanges, TopicWatch
 
@@ -114,6 +115,8 @@ class PartitionRunner:
         self.stop = stop or threading.Event()
         self.progress = progress
         self.observer = observer
+        # Follow mode: the sources' ends it sees, recorded at each topic check (promote).
+        self.source_ends = self.watch.source_ends if self.watch is not None else None
         self.tasks: dict[TopicPartition, PartitionTask] = {t.key: t for t in tasks}
         self.ended: dict[TopicPartition, PartitionTask] = {}  # the watch stopped their topics
         self.results: dict[TopicPartition, PartitionResult] = {}
@@ -139,7 +142,7 @@ class PartitionRunner:
             return
         for ref in {ref.name: ref for t in tasks for ref in t.sources}.values():
             if ref.name not in self.tails:
-                tail = _tail(self.pool, ref, self.opts, self.observer)
+                tail = _tail(self.pool, ref, self.opts, self.observer, self.source_ends)
                 tail.ring_many = self.engine.ring
                 self.tails[ref.name] = tail
                 self.engine.add_tail(ref.name, tail)
@@ -319,6 +322,9 @@ def _start_topic_watch(
 
 def _engine(runner: PartitionRunner) -> Engine:
     observer = runner.observer
+    on_plan = observer.observe_plan if observer else None
+    if (ends := runner.source_ends) is not None:
+        on_plan = _both(on_plan, ends.saw_plan)
     return Engine(
         runner.pool,
         workers=runner.opts.parallelism,
@@ -327,19 +333,37 @@ def _engine(runner: PartitionRunner) -> Engine:
         # (liveness): a field update per batch, read by the control loop.
         progress=runner.note_progress if observer else runner.progress,
         on_round=runner.record,
-        on_plan=observer.observe_plan if observer else None,
+        on_plan=on_plan,
         on_finished=runner.partition_finished,
         handed_over=lambda: not runner.stop.is_set(),
     )
 
 
-def _tail(pool: ClusterPool, ref: ClusterRef, opts: RunOptions, obs: RunObserver | None) -> Tail:
-    return Tail(
-        pool.get(ref),
-        opts.follow_wait_ms,
-        obs.source_high_watermark if obs else None,
-        obs.source_batch if obs else None,
-    )
+def _tail(
+    pool: ClusterPool,
+    ref: ClusterRef,
+    opts: RunOptions,
+    obs: RunObserver | None,
+    ends: SourceEnds | None = None,
+) -> Tail:
+    on_hw = obs.source_high_watermark if obs else None
+    if ends is not None:
+        on_hw = _both(on_hw, ends.saw)
+    return Tail(pool.get(ref), opts.follow_wait_ms, on_hw, obs.source_batch if obs else None)
+
+
+_P = ParamSpec("_P")
+
+
+def _both(first: Callable[_P, None] | None, second: Callable[_P, None]) -> Callable[_P, None]:
+    if first is None:
+        return second
+
+    def call(*args: _P.args, **kw: _P.kwargs) -> None:
+        first(*args, **kw)
+        second(*args, **kw)
+
+    return call
 
 
 def _end_topic(runner: PartitionRunner, topic: str, reason: str, status: Status) -> None:

@@ -41,6 +41,7 @@ from partsync.io.pool import ClusterPool
 from partsync.plan.topic_select import appeared, lost_by
 from partsync.run.acl_sync import follow_acls
 from partsync.run.planner import SyncRequest, TopicPlan, apply_topic_changes, plan_topics
+from partsync.run.source_ends import SourceEnds
 from partsync.run.task import PartitionTask, tasks_for
 from partsync.run.topic_configs import follow_configs
 
@@ -108,6 +109,8 @@ class TopicWatch:
         self.req = req
         self.retries = retries
         self.interval_s = interval_s
+        # The sources' ends the follower sees, recorded on the local cluster at each check.
+        self.source_ends = SourceEnds()
         self.ids: dict[tuple[str, str], str] = {}
         self.counts: dict[str, int] = {}
         # Every topic of the job so far (a refused or gone one is not adopted again).
@@ -173,6 +176,7 @@ class TopicWatch:
             if topic not in out.refused:
                 self._gone(topic, set(counts), answered, out)
         _follow_settings(self.req, pool, seen, self.counts, out, self._warn)
+        self.source_ends.flush(pool.get(self.req.local))
         self.gone = (self.gone | out.gone.keys()) - out.refused.keys()
         for topic in (*out.refused, *out.gone):
             self.counts.pop(topic, None)

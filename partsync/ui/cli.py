@@ -25,6 +25,7 @@ from partsync.ui.cli_common import (
 )
 from partsync.ui.cli_diff import demo, diff
 from partsync.ui.cli_offsets import offsets
+from partsync.ui.cli_promote import promote
 from partsync.ui.cli_status import status
 from partsync.ui.cli_sync import plan, sync
 
@@ -59,7 +60,7 @@ def cli(click_ctx: click.Context, config_path: str | None, verbose: int) -> None
     click_ctx.obj = Ctx(config_path)
 
 
-for _command in (plan, sync, status, check, demo, diff, offsets):
+for _command in (plan, sync, status, check, demo, diff, offsets, promote):
     cli.add_command(_command)
 
 

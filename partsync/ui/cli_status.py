@@ -22,7 +22,7 @@ __all__ = ["status"]
 
 STATUS_EXIT_HELP = """\b
 Exit codes:
-  0  every topic is caught up or being mirrored
+  0  every topic is caught up, being mirrored, or promoted (failed over)
   1  a topic failed (not plannable: no source answered, a missing local topic, ...)
   2  usage or configuration error
   3  a topic or partition is refused as unsafe
@@ -56,7 +56,8 @@ Exit codes:
 @config_option
 @click.pass_obj
 def status(ctx: Ctx, /, **options: Any) -> None:
-    """Show a link's state per topic: caught-up, mirroring, paused, failed or source-gone,
+    """Show a link's state per topic: caught-up, mirroring, paused, failed, source-gone or
+    promoted,
     with its lag in records and in seconds and its config drift. Writes nothing.
 
     Give the link's own options (`partsync sync --follow ...` becomes `partsync status ...`).

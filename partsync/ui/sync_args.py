@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from partsync.run.runner import RunOptions
     from partsync.run.sync import GroupsToSync
 
-__all__ = ["PlanArgs", "SyncArgs", "groups_to_sync"]
+__all__ = ["PlanArgs", "SyncArgs", "group_names", "groups_to_sync", "resolve_groups"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class SyncArgs:
             topic_check=kw["topic_check"],
             metrics_port=kw["metrics_port"],
             metrics_host=kw["metrics_host"],
-            sync_groups=_group_names(kw["sync_groups"]),
+            sync_groups=group_names(kw["sync_groups"]),
             groups_from=groups_from,
             sync_groups_interval=kw["sync_groups_interval"],
         )
@@ -144,19 +144,40 @@ class SyncArgs:
 
 
 def groups_to_sync(args: SyncArgs, config: Config, req: SyncRequest) -> GroupsToSync | None:
-    """--sync-groups resolved against the config: the groups and the cluster whose commits
-    are copied (--groups-from, or the first source), which must not be the local one."""
-    if args.sync_groups is None:
+    """--sync-groups resolved against the config (``resolve_groups``)."""
+    return resolve_groups(
+        args.sync_groups, args.groups_from, config, req, args.sync_groups_interval
+    )
+
+
+def resolve_groups(
+    names: tuple[str, ...] | None,
+    groups_from: str | None,
+    config: Config,
+    req: SyncRequest,
+    interval_s: float = 5.0,
+) -> GroupsToSync | None:
+    """--sync-groups and --groups-from: the groups and the cluster whose commits are copied
+    (--groups-from, or the first source), which must not be the local one; None when not
+    asked."""
+    if names is None:
         return None
     from partsync.run.sync import GroupsToSync
 
-    if not args.sync_groups:
+    if not names:
         raise UsageError("--sync-groups: no group named")
-    src = config.resolve(args.groups_from) if args.groups_from else req.sources[0]
+    src = config.resolve(groups_from) if groups_from else req.sources[0]
     if src.bootstrap == req.local.bootstrap:
         raise UsageError(f"--groups-from {src.name} is the local cluster")
     check_files(src)
-    return GroupsToSync(args.sync_groups, src, args.sync_groups_interval)
+    return GroupsToSync(names, src, interval_s)
+
+
+def group_names(given: str | None) -> tuple[str, ...] | None:
+    """--sync-groups G1,G2 as names, each once; None when not given (or given empty)."""
+    if not given:
+        return None
+    return tuple(dict.fromkeys(g.strip() for g in given.split(",") if g.strip()))
 
 
 def _copy_options(kw: Mapping[str, Any]) -> CopyOptions:
@@ -177,13 +198,6 @@ def _copy_options(kw: Mapping[str, Any]) -> CopyOptions:
         transactions=_transactions(kw["transactions"], fencing),
         transaction_timeout_ms=int(kw["transaction_timeout"] * 1000),
     )
-
-
-def _group_names(given: str | None) -> tuple[str, ...] | None:
-    """--sync-groups G1,G2 as names, each once; None when not given (or given empty)."""
-    if not given:
-        return None
-    return tuple(dict.fromkeys(g.strip() for g in given.split(",") if g.strip()))
 
 
 def _transactions(asked: str | None, fencing: bool) -> str:

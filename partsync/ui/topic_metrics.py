@@ -62,8 +62,8 @@ def live_topics(
 def topic_families(topics: Sequence[TopicStatus], *, drift: bool) -> Iterator[Metric]:
     yield gauge(
         "partsync_topic_state",
-        "1 for the topic's state (caught-up, mirroring, paused, failed, source-gone), 0 for "
-        "the others.",
+        "1 for the topic's state (caught-up, mirroring, paused, failed, source-gone, "
+        "promoted), 0 for the others.",
         ("topic", "state"),
         (((t.topic, s.value), float(t.state is s)) for t in topics for s in TopicState),
     )

@@ -38,6 +38,7 @@ from partsync.demo.brokers import Broker, free_port
 from partsync.demo.data import assert_partitions_identical, create_topic, make_records, produce
 from partsync.errors import FencedError
 from partsync.io.cluster import Cluster
+from partsync.io.link_records import read_source_ends
 from partsync.plan.comparator import plan_partition
 from partsync.plan.results import Status
 from tests.conftest import CliResult, is_real_kafka, kind_of, run_cli
@@ -628,6 +629,12 @@ def test_a_followers_mirror_takes_its_sources_configs_and_follows_their_changes(
     )
     caught_up = ("partsync_topic_state", frozenset({("topic", created), ("state", "caught-up")}))
     _wait("the topic's state in the metrics", lambda: f.scrape().get(caught_up) == 1, 30, diag)
+
+    def recorded() -> dict[int, dict[str, int]]:  # the sources' ends, for a later promote
+        with Cluster(_ref(group_local, "local")) as c:
+            return read_source_ends(c).get(created, {})
+
+    _wait("the source's ends recorded", lambda: recorded() == {0: {"a": 30}}, 30, diag)
     mirror = topic_configs(group_local.bootstrap, created)
     assert mirror["segment.bytes"] == "1048576" and mirror["retention.ms"] == "9000000000000"
     assert mirror["min.compaction.lag.ms"] == "1000", mirror

@@ -18,16 +18,17 @@ import pytest
 
 from partsync.demo.brokers import Broker
 from partsync.demo.data import assert_partitions_identical, create_topic, produce
+from partsync.io.acls import AclRecord
+from partsync.io.cluster import Cluster
 from tests.conftest import CliResult, run_cli
 from tests.integration.kafka_proxy import StrictProxy
-from tests.integration.sync_support import ends, records
+from tests.integration.sync_support import cluster_ref, ends, records
 from tests.support.kafka_jvm import KafkaCluster, SaslSetup, start_kafka_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.kafka_versions]
 
 PASSWORDS = {"partsync": "partsync-Secret-5", "app": "app-Secret-8"}
 PREFIX = "acl-"
-RECORD_TOPIC = "partsync.acls"
 
 
 def _acl_types() -> Any:
@@ -133,7 +134,8 @@ def clusters(
             dst.bootstrap,
             add=[
                 _acl("partsync", "ALL", "TOPIC", PREFIX, pattern="PREFIXED"),
-                _acl("partsync", "ALL", "TOPIC", RECORD_TOPIC),
+                # partsync's own records: ACLs, promotions, the sources' ends.
+                _acl("partsync", "ALL", "TOPIC", "partsync.", pattern="PREFIXED"),
                 _acl("partsync", "ALL", "GROUP", "partsync.", pattern="PREFIXED"),
                 _acl("partsync", "ALL", "TRANSACTIONAL_ID", "partsync:", pattern="PREFIXED"),
                 _acl("partsync", "ALTER", "CLUSTER", "kafka-cluster"),
@@ -283,6 +285,19 @@ def test_acls_follow_the_source_and_a_read_only_mirror_keeps_writers_out(
         ("User:partsync", "ALL", "ALLOW", "PREFIXED", PREFIX),
     }
     assert _acls(dst.bootstrap, name) == mine | theirs
+    # partsync's record: what it created, and the grant --read-only withheld (for failover).
+    with Cluster(cluster_ref(dst.bootstrap, "dst")) as c:
+        created, withheld = AclRecord(c).read()
+    assert {(a.principal, a.permission) for a in created if a.name == name} == {
+        ("User:reader", 3),
+        ("User:mapped-dr", 3),
+        ("User:shady", 2),
+        ("User:team", 3),
+    }
+    assert {(a.principal, a.operation) for a in withheld if a.name == name} == {
+        ("User:app", 4),
+        ("User:team", 2),
+    }
 
     # The source's writer is not let in: its grant was withheld.
     from kafka.errors import KafkaError
@@ -318,6 +333,19 @@ def test_acls_follow_the_source_and_a_read_only_mirror_keeps_writers_out(
     assert r.code == 0 and not any(
         "ACL" in w and "not copied" not in w for w in r.json["topics"][0]["warnings"]
     ), r.stdout
+
+    # Failover: the promotion grants what --read-only withheld, and the writer is let in.
+    r = _run(cfg, "promote", "--topic", name, "--sources", "src", "--no-group", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    assert sorted(r.json["acls_granted"]) == [
+        f"TOPIC:LITERAL:{name} User:app@* WRITE ALLOW",
+        f"TOPIC:PREFIXED:{name} User:team@* ALL ALLOW",
+    ], r.json
+    _until(
+        "the granted write",
+        lambda: ("User:app", "WRITE", "ALLOW", "LITERAL", name) in _acls(dst.bootstrap, name),
+    )
+    _produce_as_app(dst, name)
 
 
 def test_without_read_only_a_foreign_write_is_reported_with_its_producer(

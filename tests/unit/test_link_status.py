@@ -73,6 +73,7 @@ def _t(state: TopicState, *conds: str, refused: bool = False) -> TopicStatus:
         ([_t(S.FAILED, refused=True)], ExitStatus.UNSAFE),
         ([_t(S.FAILED)], ExitStatus.FAILURE),
         ([], ExitStatus.OK),
+        ([_t(S.PROMOTED), _t(S.CAUGHT_UP, "in-sync")], ExitStatus.OK),  # failed over, as asked
     ],
 )
 def test_status_exit(topics: list[TopicStatus], code: ExitStatus) -> None:

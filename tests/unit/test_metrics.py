@@ -261,6 +261,7 @@ def test_live_metrics_carry_each_topics_state_and_lag() -> None:
         "paused": 0,
         "failed": 0,
         "source-gone": 0,
+        "promoted": 0,
     }
     assert m[("partsync_topic_lag_records", topic)] == 20
     # The follower's status is in its metrics; config drift only in `partsync status`'s.

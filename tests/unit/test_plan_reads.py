@@ -23,8 +23,8 @@ class Stand:
     def watch(self, topics: object) -> None:
         pass
 
-    def topic(self, topic: str) -> TopicInfo | None:
-        if self.partitions is None:
+    def topic(self, topic: str, refresh: bool = False) -> TopicInfo | None:
+        if self.partitions is None or topic.startswith("partsync."):  # no promotion recorded
             return None
         leaders = dict.fromkeys(range(self.partitions), 1)
         return TopicInfo(topic, self.partitions, leaders, topic_id=f"id-{self.name}")
