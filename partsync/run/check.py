@@ -38,7 +38,7 @@ from partsync.plan.preflight import (
     ops_verdict,
 )
 from partsync.run.acl_sync import principal_of
-from partsync.run.check_acls import local_acl_findings, source_acl_findings
+from partsync.run.check_acls import local_acl_findings, record_findings, source_acl_findings
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
 
 __all__ = ["CheckOptions", "check_clusters"]
@@ -186,6 +186,7 @@ def _local_findings(
         check.findings.append(_idempotent_finding(cluster_ops, check.findings))
     if req.acls.active:
         _step(check, "acls", lambda: local_acl_findings(cluster, req, cluster_ops))
+    _step(check, "records", lambda: record_findings(cluster))
     if opts.group is not None:
         group = opts.group
         _step(check, f"group {group}", lambda: _group_findings(cluster, group))

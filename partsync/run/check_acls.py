@@ -11,10 +11,11 @@ from partsync.io.cluster import Cluster
 from partsync.io.probes import Rights, topic_rights
 from partsync.plan.acls import Acl, AclOptions, other_writers
 from partsync.plan.preflight import Finding, Op, Verdict, ops_verdict
+from partsync.plan.promotion import PROMOTIONS_TOPIC, SOURCE_ENDS_TOPIC
 from partsync.run.acl_sync import own_principal
 from partsync.run.topic_plan import SyncRequest
 
-__all__ = ["local_acl_findings", "source_acl_findings"]
+__all__ = ["local_acl_findings", "record_findings", "source_acl_findings"]
 
 
 def _can_list(cluster: Cluster, why: str) -> tuple[Finding, set[Acl] | None]:
@@ -74,4 +75,25 @@ def local_acl_findings(
                 else f"no grant lets a principal other than {own} change it",
             )
         )
+    return out
+
+
+def record_findings(cluster: Cluster) -> list[Finding]:
+    """partsync's own records on the local cluster: every run reads which topics were promoted
+    (DESCRIBE and READ on ``partsync.promotions``; without them a promoted topic is not
+    recognised, and the run says so), and a follower writes the sources' ends it sees
+    (``partsync.source-ends``). Missing rights are warnings: the copy itself runs."""
+    ops = topic_rights(cluster, (PROMOTIONS_TOPIC, SOURCE_ENDS_TOPIC))
+    needs = (
+        (PROMOTIONS_TOPIC, (Op.DESCRIBE, Op.READ), "reading which topics were promoted"),
+        (SOURCE_ENDS_TOPIC, (Op.WRITE,), "--follow: recording the sources' ends it sees"),
+    )
+    out = []
+    for topic, wanted, why in needs:
+        rights = ops.get(topic, Rights())
+        for op in wanted:
+            f = ops_verdict(None if rights.denied else rights.allowed, op, f"topic {topic}", why)
+            if rights.denied or f.verdict is Verdict.MISSING:
+                f = Finding(f.subject, f.need, Verdict.WARNING, f"{why}: not authorized")
+            out.append(f)
     return out
