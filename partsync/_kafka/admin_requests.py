@@ -121,6 +121,23 @@ class AdminRequests:
                 out[c.name] = c.value
         return out
 
+    def describe_topics_configs(
+        self, topics: list[str]
+    ) -> dict[str, tuple[int, dict[str, str | None]]]:
+        """(error code, every config) of each topic, in one DescribeConfigs request."""
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(
+            resources=[
+                R(resource_type=TOPIC_RESOURCE, resource_name=t, configuration_keys=None)
+                for t in topics
+            ],
+            include_synonyms=False,
+        )
+        out: dict[str, tuple[int, dict[str, str | None]]] = {}
+        for r in self.call("DescribeConfigs", req).results:
+            out[r.resource_name] = (int(r.error_code), {c.name: c.value for c in r.configs})
+        return out
+
     def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
         """Set ``configs`` on ``topic`` and leave its other configs as they are
         (IncrementalAlterConfigs, operation SET); raises the broker's error."""

@@ -16,7 +16,7 @@ one-line delegations; less common requests are reached through its parts:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Self, TypeVar
 
 from partsync._kafka import ActiveProducer, BrokerInfo, Connection, Metadata, TxnState
@@ -30,7 +30,7 @@ from partsync.io.fetch_lane import FetchLane
 from partsync.io.metadata import MetadataCache, TopicInfo
 from partsync.io.routes import ReadRoutes
 from partsync.io.shared_pipelines import SharedPipelines
-from partsync.io.topic_admin import TopicAdmin
+from partsync.io.topic_admin import TopicAdmin, all_topics_configs
 from partsync.io.transactions import Transactions
 from partsync.io.writer import SharedWriter
 from partsync.plan.comparator import Bounds
@@ -219,6 +219,11 @@ class Cluster:
 
     def all_topic_configs(self, topic: str) -> dict[str, str | None]:
         return self.admin.all_topic_configs(topic)
+
+    def all_topics_configs(
+        self, topics: Sequence[str]
+    ) -> dict[str, dict[str, str | None] | PartsyncError]:
+        return all_topics_configs(self.conns, self.name, topics)
 
     def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
         self.admin.set_topic_configs(topic, configs)

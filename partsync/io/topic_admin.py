@@ -4,8 +4,10 @@ moving a partition's log start (DeleteRecords)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from partsync._kafka.codes import ErrorCode, broker_error, error_name
-from partsync.errors import BrokerError, ClusterError, TopicError, UnsafeError
+from partsync.errors import BrokerError, ClusterError, PartsyncError, TopicError, UnsafeError
 from partsync.io.bounds import BoundsReader
 from partsync.io.connections import Connections
 from partsync.io.metadata import MetadataCache
@@ -17,7 +19,7 @@ from partsync.plan.topic_rules import (
 )
 from partsync.retry import Backoff, retry_until
 
-__all__ = ["TopicAdmin"]
+__all__ = ["TopicAdmin", "all_topics_configs"]
 
 
 class TopicAdmin:
@@ -215,3 +217,20 @@ class TopicAdmin:
                 partition=partition,
                 offset=before,
             )
+
+
+def all_topics_configs(
+    conns: Connections, cluster: str, topics: Sequence[str]
+) -> dict[str, dict[str, str | None] | PartsyncError]:
+    """Every config of many topics in one DescribeConfigs request (a link's topic check: one
+    request per cluster, not one per topic); a topic's error is its value."""
+    if not topics:
+        return {}
+    answers = conns.any_broker().describe_topics_configs(list(topics))
+    out: dict[str, dict[str, str | None] | PartsyncError] = {}
+    for t in topics:
+        code, configs = answers.get(t, (-1, {}))
+        out[t] = (
+            broker_error(code, "DescribeConfigs", cluster=cluster, topic=t) if code else configs
+        )
+    return out

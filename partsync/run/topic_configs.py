@@ -84,26 +84,50 @@ def follow_configs(
     req: SyncRequest, pool: ClusterPool, topics: Mapping[str, Sequence[str]]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """A follower's topic check with --sync-configs: each of ``topics`` (-> the sources that
-    hold it now) set as its source has it (logged). Returns the topics to refuse (a source
-    that can no longer be mirrored) and those whose configs could not be set, with why."""
-    refused, failed = {}, {}
-    for topic, sources in sorted(topics.items()):
-        try:
-            drift = sync_configs(req, pool, topic, sources)
-        except UnsafeError as e:
-            refused[topic] = e.reason
+    hold it now) set as its first answering source has it (logged). One DescribeConfigs per
+    cluster for all the topics, so a link of thousands of topics checks them in a few
+    requests. Returns the topics to refuse (a source that can no longer be mirrored) and
+    those whose configs could not be read or set, with why."""
+    refused: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    if not topics:
+        return refused, failed
+    local = pool.get(req.local)
+    try:
+        local_cfgs = local.all_topics_configs(sorted(topics))
+    except PartsyncError as e:
+        return refused, {t: f"topic {t}: reading its configs on {local.name}: {e}" for t in topics}
+    src_cfgs: dict[str, tuple[str, dict[str, str | None]]] = {}
+    for ref in req.sources:
+        want = sorted(t for t, held in topics.items() if ref.name in held and t not in src_cfgs)
+        if not want:
             continue
+        try:
+            got = pool.get(ref).all_topics_configs(want)
+        except PartsyncError as e:
+            log.debug("configs on %s: %s", ref.name, e)
+            continue
+        src_cfgs.update((t, (ref.name, c)) for t, c in got.items() if isinstance(c, dict))
+    for topic in sorted(src_cfgs):  # a topic no source answered for waits for the next check
+        source, src = src_cfgs[topic]
+        mine = local_cfgs.get(topic)
+        if not isinstance(mine, dict):
+            failed[topic] = f"topic {topic}: reading its configs on {local.name}: {mine}"
+            continue
+        if (why := identity_breaking(topic, source, src)) is not None:
+            refused[topic] = why
+            continue
+        drift = ConfigDrift(topic, source, config_changes(req.config_policy, src, mine), mine)
+        if not drift.changes:
+            continue
+        try:
+            local.set_topic_configs(topic, drift.changes)
         except PartsyncError as e:
             failed[topic] = f"topic {topic}: setting its configs as the source has them: {e}"
             continue
-        if drift is not None and drift.changes:
-            log.warning(
-                "topic %s on %s: set %s, as %s has it",
-                topic,
-                req.local.name,
-                drift.describe(),
-                drift.source,
-            )
+        log.warning(
+            "topic %s on %s: set %s, as %s has it", topic, local.name, drift.describe(), source
+        )
     return refused, failed
 
 
