@@ -11,7 +11,19 @@ from dataclasses import dataclass
 
 from partsync.errors import TopicError, UsageError
 
-__all__ = ["TopicSelection", "appeared", "compile_patterns", "lost_by", "select_topics"]
+__all__ = [
+    "PARTSYNC_RECORDS",
+    "TopicSelection",
+    "appeared",
+    "compile_patterns",
+    "lost_by",
+    "select_topics",
+]
+
+# partsync's own record topics (the ACLs it created, promotions, the sources' ends): a cluster's
+# state, never mirrored by a pattern (a source that was promoted, or that partsync mirrors
+# into, has its own; mirroring them would overwrite the local cluster's).
+PARTSYNC_RECORDS = frozenset({"partsync.acls", "partsync.promotions", "partsync.source-ends"})
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[s
             for topics in on_sources.values()
             for t in topics
             if not t.startswith("__")
+            and t not in PARTSYNC_RECORDS
             and t not in named
             and any(p.fullmatch(t) for p in selection.patterns)
         }

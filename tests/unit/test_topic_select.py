@@ -39,6 +39,12 @@ def test_exclusions_apply_to_matches_and_named_topics() -> None:
     ]
 
 
+def test_partsyncs_own_records_are_never_matched_by_a_pattern() -> None:
+    on = {"a": ["orders", "partsync.promotions", "partsync.acls", "partsync.source-ends"]}
+    assert select_topics(_sel(pats=(".*",)), on) == ["orders"]
+    assert select_topics(_sel(pats=("partsync\\..*",), named=("orders",)), on) == ["orders"]
+
+
 def test_internal_topics_only_when_named() -> None:
     assert "__consumer_offsets" not in select_topics(_sel(pats=(".*",)), ON)
     assert select_topics(_sel(("__consumer_offsets",), (".*",), (".*s$",)), ON) == [
