@@ -22,7 +22,7 @@ from partsync.plan.link_status import (
 )
 from partsync.plan.topic_select import select_topics
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
-from partsync.run.topic_configs import config_drift
+from partsync.run.topic_configs import ConfigDrift, config_drifts
 
 __all__ = ["group_members", "link_status"]
 
@@ -74,7 +74,13 @@ def _partition(plan: PartitionPlan, pool: ClusterPool, req: SyncRequest) -> Part
     return PartitionLag(plan.partition, cond.value, behind, seconds, plan.reason)
 
 
-def _topic(tp: TopicPlan, pool: ClusterPool, req: SyncRequest, runs: bool | None) -> TopicStatus:
+def _topic(
+    tp: TopicPlan,
+    pool: ClusterPool,
+    req: SyncRequest,
+    runs: bool | None,
+    drift: ConfigDrift | None,
+) -> TopicStatus:
     if tp.refused or tp.error:
         return TopicStatus(
             tp.topic,
@@ -83,7 +89,6 @@ def _topic(tp: TopicPlan, pool: ClusterPool, req: SyncRequest, runs: bool | None
             refused=bool(tp.refused),
         )
     parts = tuple(_partition(p, pool, req) for p in tp.partitions)
-    drift = config_drift(req, pool, tp.topic)
     keys = () if drift is None else tuple(sorted(drift.changes))
     state = topic_state((p.condition for p in parts), followed=runs)
     return TopicStatus(tp.topic, state, parts, keys, drift.refused if drift else None)
@@ -119,13 +124,17 @@ def link_status(req: SyncRequest, pool: ClusterPool, group: str | None = None) -
     gone = set(_gone(req, pool))
     out = []
     promoted = read_promotions(pool.get(req.local)) or {}
-    for tp in plan_topics(req, pool):
+    plans = plan_topics(req, pool)
+    drifts, _failed = config_drifts(
+        req, pool, {tp.topic: None for tp in plans if tp.partitions and not tp.error}
+    )
+    for tp in plans:
         if tp.topic in gone:
             continue
         if (p := promoted.get(tp.topic)) is not None:
             out.append(TopicStatus(tp.topic, TopicState.PROMOTED, reason=p.refusal()))
             continue
-        out.append(_topic(tp, pool, req, runs))
+        out.append(_topic(tp, pool, req, runs, drifts.get(tp.topic)))
     for topic in sorted(gone):
         why = f"topic {topic} is on {req.local.name} but on none of the sources"
         out.append(TopicStatus(topic, TopicState.SOURCE_GONE, reason=why))

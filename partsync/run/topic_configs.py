@@ -17,7 +17,14 @@ from partsync.io.pool import ClusterPool
 from partsync.plan.topic_configs import config_changes, identity_breaking
 from partsync.run.topic_plan import SyncRequest, TopicPlan
 
-__all__ = ["ConfigDrift", "config_drift", "follow_configs", "sync_configs", "with_config_drift"]
+__all__ = [
+    "ConfigDrift",
+    "config_drift",
+    "config_drifts",
+    "follow_configs",
+    "sync_configs",
+    "with_config_drift",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,26 +87,29 @@ def sync_configs(
     return drift
 
 
-def follow_configs(
-    req: SyncRequest, pool: ClusterPool, topics: Mapping[str, Sequence[str]]
-) -> tuple[dict[str, str], dict[str, str]]:
-    """A follower's topic check with --sync-configs: each of ``topics`` (-> the sources that
-    hold it now) set as its first answering source has it (logged). One DescribeConfigs per
-    cluster for all the topics, so a link of thousands of topics checks them in a few
-    requests. Returns the topics to refuse (a source that can no longer be mirrored) and
-    those whose configs could not be read or set, with why."""
-    refused: dict[str, str] = {}
+def config_drifts(
+    req: SyncRequest, pool: ClusterPool, topics: Mapping[str, Sequence[str] | None]
+) -> tuple[dict[str, ConfigDrift], dict[str, str]]:
+    """``config_drift`` of many topics (-> the sources that hold each; None: any source), in
+    one DescribeConfigs per cluster, so a link of thousands of topics is read in a few
+    requests. Returns each topic's drift from its first answering source (a topic no source
+    answered for is left out: it waits for the next check), and the topics whose local
+    configs could not be read, with why. Reads only."""
     failed: dict[str, str] = {}
     if not topics:
-        return refused, failed
+        return {}, failed
     local = pool.get(req.local)
     try:
         local_cfgs = local.all_topics_configs(sorted(topics))
     except PartsyncError as e:
-        return refused, {t: f"topic {t}: reading its configs on {local.name}: {e}" for t in topics}
+        return {}, {t: f"topic {t}: reading its configs on {local.name}: {e}" for t in topics}
     src_cfgs: dict[str, tuple[str, dict[str, str | None]]] = {}
     for ref in req.sources:
-        want = sorted(t for t, held in topics.items() if ref.name in held and t not in src_cfgs)
+        want = sorted(
+            t
+            for t, held in topics.items()
+            if (held is None or ref.name in held) and t not in src_cfgs
+        )
         if not want:
             continue
         try:
@@ -108,16 +118,32 @@ def follow_configs(
             log.debug("configs on %s: %s", ref.name, e)
             continue
         src_cfgs.update((t, (ref.name, c)) for t, c in got.items() if isinstance(c, dict))
-    for topic in sorted(src_cfgs):  # a topic no source answered for waits for the next check
-        source, src = src_cfgs[topic]
+    drifts = {}
+    for topic, (source, src) in sorted(src_cfgs.items()):
         mine = local_cfgs.get(topic)
         if not isinstance(mine, dict):
             failed[topic] = f"topic {topic}: reading its configs on {local.name}: {mine}"
             continue
-        if (why := identity_breaking(topic, source, src)) is not None:
-            refused[topic] = why
+        refused = identity_breaking(topic, source, src)
+        changes = {} if refused else config_changes(req.config_policy, src, mine)
+        drifts[topic] = ConfigDrift(topic, source, changes, dict(mine), refused)
+    return drifts, failed
+
+
+def follow_configs(
+    req: SyncRequest, pool: ClusterPool, topics: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A follower's topic check with --sync-configs: each of ``topics`` (-> the sources that
+    hold it now) set as its first answering source has it (logged). Returns the topics to
+    refuse (a source that can no longer be mirrored) and those whose configs could not be
+    read or set, with why."""
+    drifts, failed = config_drifts(req, pool, topics)
+    refused: dict[str, str] = {}
+    local = pool.get(req.local)
+    for topic, drift in drifts.items():
+        if drift.refused:
+            refused[topic] = drift.refused
             continue
-        drift = ConfigDrift(topic, source, config_changes(req.config_policy, src, mine), mine)
         if not drift.changes:
             continue
         try:
@@ -126,7 +152,11 @@ def follow_configs(
             failed[topic] = f"topic {topic}: setting its configs as the source has them: {e}"
             continue
         log.warning(
-            "topic %s on %s: set %s, as %s has it", topic, local.name, drift.describe(), source
+            "topic %s on %s: set %s, as %s has it",
+            topic,
+            local.name,
+            drift.describe(),
+            drift.source,
         )
     return refused, failed
 
