@@ -56,16 +56,18 @@ def _ends(cluster: Cluster) -> RecordTopic:
 
 
 def read_source_ends(cluster: Cluster) -> dict[str, dict[int, dict[str, int]]]:
-    """Each topic's partitions' source ends as a follower last recorded them."""
+    """Each topic's partitions' source ends as the followers last recorded them (one record
+    per partition: the members of a group each record the partitions they own)."""
     out: dict[str, dict[int, dict[str, int]]] = {}
-    for topic, value in _ends(cluster).read().items():
+    for key, value in _ends(cluster).read().items():
         try:
-            doc = json.loads(value)["ends"]
-            out[topic] = {
-                int(p): {str(s): int(e) for s, e in ends.items()} for p, ends in doc.items()
+            topic, partition = json.loads(key)
+            ends = json.loads(value)["ends"]
+            out.setdefault(str(topic), {})[int(partition)] = {
+                str(s): int(e) for s, e in ends.items()
             }
         except (KeyError, TypeError, ValueError, AttributeError):
-            continue  # not partsync's: nothing known of that topic
+            continue  # not partsync's: nothing known of that partition
     return out
 
 
@@ -73,6 +75,8 @@ def write_source_ends(cluster: Cluster, ends: SourceEnds) -> None:
     now = int(time.time() * 1000)
     records = []
     for topic, parts in sorted(ends.items()):
-        doc = {"at_ms": now, "ends": {str(p): dict(e) for p, e in sorted(parts.items())}}
-        records.append((topic, json.dumps(doc, separators=(",", ":")).encode()))
+        for p, e in sorted(parts.items()):
+            key = json.dumps([topic, p], separators=(",", ":"))
+            doc = {"at_ms": now, "ends": dict(e)}
+            records.append((key, json.dumps(doc, separators=(",", ":")).encode()))
     _ends(cluster).write(records)

@@ -24,6 +24,9 @@ _CONFIGS = {
     "segment.ms": "3600000",
     "min.cleanable.dirty.ratio": "0.1",
 }
+# Records per appended batch: a write of many keys (every moved partition's sources' ends)
+# goes out as several batches, each well inside Kafka's default max.message.bytes (1 MiB).
+_BATCH_RECORDS = 500
 
 
 class RecordTopic:
@@ -62,11 +65,16 @@ class RecordTopic:
         return {k: v for k, v in held.items() if v is not None}
 
     def write(self, records: Sequence[tuple[str, bytes | None]]) -> None:
-        """Append ``records`` (key, value; None forgets the key) in one batch, acks=all."""
+        """Append ``records`` (key, value; None forgets the key), acks=all, in batches of at
+        most ``_BATCH_RECORDS``, one after the other."""
         if not records:
             return
         if self.cluster.topic(self.topic) is None:
             self.cluster.create_topic(self.topic, 1, dict(_CONFIGS))
+        for i in range(0, len(records), _BATCH_RECORDS):
+            self._append(records[i : i + _BATCH_RECORDS])
+
+    def _append(self, records: Sequence[tuple[str, bytes | None]]) -> None:
         batch = keyed_batch([(k.encode(), v) for k, v in records], int(time.time() * 1000))
         conn = self.cluster.connect_leader(self.topic, 0)
         try:

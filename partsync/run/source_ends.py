@@ -2,7 +2,7 @@
 that a promotion after a source went dark can say what that source held beyond the mirror when
 last seen (``plan.promotion.at_risk``). Fed by what the follower reads anyway (each round's
 plan, the tails' high watermarks: no request of its own) and written at each topic check, one
-record per topic whose ends moved."""
+record per partition whose ends moved (the members of a group each own some partitions)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class SourceEnds:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ends: dict[str, dict[int, dict[str, int]]] = {}
-        self._moved: set[str] = set()
+        self._moved: set[tuple[str, int]] = set()
 
     def saw(self, source: str, topic: str, partition: int, hw: int) -> None:
         """A source's end (high watermark) of a partition, as a plan or a tail read it."""
@@ -31,18 +31,21 @@ class SourceEnds:
             ends = self._ends.setdefault(topic, {}).setdefault(partition, {})
             if ends.get(source, -1) < hw:
                 ends[source] = hw
-                self._moved.add(topic)
+                self._moved.add((topic, partition))
 
     def saw_plan(self, plan: PartitionPlan) -> None:
         for source, b in plan.sources.items():
             self.saw(source, plan.topic, plan.partition, b.end)
 
     def flush(self, local: Cluster) -> None:
-        """Write the topics whose ends moved since the last flush (a failure is logged and
+        """Write the partitions whose ends moved since the last flush (a failure is logged and
         they are written at the next one)."""
         with self._lock:
-            moved = {t: {p: dict(e) for p, e in self._ends[t].items()} for t in self._moved}
+            keys = set(self._moved)
             self._moved.clear()
+            moved: dict[str, dict[int, dict[str, int]]] = {}
+            for t, p in keys:
+                moved.setdefault(t, {})[p] = dict(self._ends[t][p])
         if not moved:
             return
         try:
@@ -50,4 +53,4 @@ class SourceEnds:
         except PartsyncError as e:
             log.warning("recording the sources' ends on %s: %s", local.name, e)
             with self._lock:
-                self._moved |= moved.keys()
+                self._moved |= keys
