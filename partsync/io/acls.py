@@ -105,20 +105,29 @@ class AclRecord:
         self._record.write([(a.record_key(), None) for a in sorted(acls)])
 
 
-def local_authorizer(cluster: Cluster) -> str | None:
-    """Why the local cluster cannot keep a mirror read-only, or None if it can as far as can
-    be read: it needs an authorizer, and ``allow.everyone.if.no.acl.found=false`` (a resource
-    without ACLs otherwise lets everyone write it)."""
+def local_authorizer(cluster: Cluster) -> tuple[str | None, str | None]:
+    """(why the local cluster cannot keep a mirror read-only, what could not be verified):
+    it needs an authorizer, and ``allow.everyone.if.no.acl.found=false`` (Kafka's default; a
+    resource without ACLs otherwise lets everyone write it). Kafka reports that setting, an
+    authorizer's and not a broker config it knows, as a sensitive value it leaves out: then it
+    cannot be verified from a client, and the doubt says so."""
     code, _ = cluster.ask(lambda c: c.describe_acls(2, "partsync-probe"))
     if code == ErrorCode.SECURITY_DISABLED:
-        return f"cluster {cluster.name} has no authorizer: every client may write every topic"
+        refusal = f"cluster {cluster.name} has no authorizer: every client may write every topic"
+        return refusal, None
     node = min(cluster.metadata().brokers)
     code, cfg = cluster.ask(
         lambda c: c.describe_configs(_BROKER_RESOURCE, str(node), [_ALLOW_EVERYONE])
     )
-    if not code and cfg.get(_ALLOW_EVERYONE, "false").lower() == "true":
+    value = None if code else cfg.get(_ALLOW_EVERYONE)
+    if value is not None and value.lower() == "true":
         return (
             f"cluster {cluster.name} has {_ALLOW_EVERYONE}=true: a topic without an ALLOW for "
             "a principal is open to it"
+        ), None
+    if value is None:
+        return None, (
+            f"cluster {cluster.name} does not report {_ALLOW_EVERYONE} (Kafka leaves it out of "
+            "DescribeConfigs): make sure the brokers do not set it to true"
         )
-    return None
+    return None, None

@@ -221,6 +221,10 @@ def mirror_acls(
             why = "a wildcard resource: it would apply to every local topic, not only mirrors"
             skipped.append(Skipped(acl, why))
             continue
+        if acl.permission == DENY and acl.principal == "User:*":
+            why = "a DENY for every principal (User:*) would deny partsync's own access too"
+            skipped.append(Skipped(acl, why))
+            continue
         if not policy.selects(acl.principal):
             skipped.append(Skipped(acl, "principal not selected by [acls] principals/exclude"))
             continue
@@ -270,12 +274,15 @@ def acl_changes(
     topics, groups = tuple(topics), tuple(groups)
     stale = frozenset(a for a in recorded - wanted if in_scope(a, topics, groups))
     create = wanted - local
+    delete = stale & local
     return AclChanges(
         create=create,
-        delete=stale & local,
+        delete=delete,
         forget=stale - local,
         foreign=(wanted & local) - recorded,
-        withhold=withheld - local - recorded_withheld,
+        # Against the local ACLs as this pass leaves them: a grant partsync created before
+        # --read-only, deleted now, is recorded as withheld in the same pass.
+        withhold=withheld - (local - delete) - recorded_withheld,
         release=frozenset(
             a for a in recorded_withheld - withheld - create if in_scope(a, topics, groups)
         ),

@@ -80,6 +80,8 @@ class AclReport:
     skipped: tuple[Skipped, ...] = ()
     # Topic -> the local ACLs that let someone else change it (--read-only).
     writable: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # What --read-only could not verify.
+    doubts: list[str] = field(default_factory=list)
 
     def lines(self, applied: bool) -> list[str]:
         """One line per change, skip and writable mirror, for logs and a topic's warnings."""
@@ -98,6 +100,7 @@ class AclReport:
     def notice_lines(self) -> list[str]:
         """What stays as it is, and says so at every pass: skipped ACLs, writable mirrors."""
         out = [f"ACL {s.acl.describe()} of {self.source} not copied: {s.why}" for s in self.skipped]
+        out += self.doubts
         for topic, acls in sorted(self.writable.items()):
             out.append(
                 f"--read-only: mirror topic {topic} is writable by others: {'; '.join(acls)} "
@@ -132,9 +135,11 @@ def sync_acls(
     report = AclReport()
     local = pool.get(local_ref)
     if opts.read_only:
-        why = local_authorizer(local)
+        why, doubt = local_authorizer(local)
         if why is not None:
             raise UsageError(f"--read-only: {why}")
+        if doubt is not None:
+            report.doubts.append(f"--read-only: {doubt}")
     have = cluster_acls(local)
     if opts.sync:
         src, last = None, None
@@ -206,6 +211,7 @@ def _topic_lines(report: AclReport, topic: str, first: bool, applied: bool) -> l
         ),
         tuple(s for s in report.skipped if _about(s.acl, topic, first)),
         {t: w for t, w in report.writable.items() if t == topic},
+        report.doubts if first else [],
     )
     return sub.lines(applied)
 

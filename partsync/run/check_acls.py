@@ -51,13 +51,18 @@ def local_acl_findings(
     if not opts.read_only:
         return out
     try:
-        closed = local_authorizer(cluster)
+        closed, doubt = local_authorizer(cluster)
     except PartsyncError as e:
         out.append(Finding("cluster", "authorizer", Verdict.UNKNOWN, f"--read-only: {e.reason}"))
     else:
-        verdict = Verdict.MISSING if closed else Verdict.OK
-        detail = closed or "an authorizer, allow.everyone.if.no.acl.found=false"
-        out.append(Finding("cluster", "authorizer", verdict, f"--read-only: {detail}"))
+        if closed:
+            out.append(Finding("cluster", "authorizer", Verdict.MISSING, f"--read-only: {closed}"))
+        else:
+            out.append(Finding("cluster", "authorizer", Verdict.OK, "--read-only: an authorizer"))
+            if doubt:
+                out.append(
+                    Finding("cluster", "allow.everyone.if.no.acl.found", Verdict.UNKNOWN, doubt)
+                )
     try:
         own = own_principal(opts, req.local)
     except PartsyncError as e:

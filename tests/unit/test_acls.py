@@ -97,6 +97,8 @@ POLICY = AclPolicy()
             [acl(op=o, pattern=PREFIXED, name="ord") for o in (READ, DESCRIBE, DESCRIBE_CONFIGS)],
             ["withheld"],
         ),
+        # A DENY for every principal would deny partsync too: never copied.
+        ([acl(who="User:*", perm=DENY)], POLICY, False, [], ["every principal"]),
         # A DENY WRITE only narrows: copied under --read-only too.
         ([acl(op=WRITE, perm=DENY)], POLICY, True, [acl(op=WRITE, perm=DENY)], []),
         # Group ACLs are not topic writes.
@@ -228,6 +230,8 @@ W = acl(op=WRITE)
         (set(), set(), set(), set(), {W}, set(), {W}),
         # --read-only turned off: created (and recorded as created, the same key), not released.
         ({W}, set(), set(), set(), {W}, set(), set()),
+        # Created before --read-only, withheld now: deleted and recorded as withheld at once.
+        (set(), {W}, {W}, {W}, set(), {W}, set()),
         # Another job's withheld record is not this job's to judge.
         (set(), set(), set(), set(), {ELSEWHERE}, set(), set()),
     ],
