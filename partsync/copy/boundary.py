@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from partsync.copy.context import CopyContext
 from partsync.copy.options import CopyOptions
+from partsync.copy.producer import partsync_ids
 from partsync.errors import ClusterError, DivergenceError, PartsyncError, UnsafeError
 from partsync.io.cluster import Cluster
 from partsync.io.foreign import describe_foreign
@@ -170,7 +171,8 @@ def _compare_last(ctx: CopyContext, mine: Batch, names: tuple[str, ...]) -> bool
                 )
             elif not mine.is_control:
                 # As a rule a write into the mirror by someone else: say whose it was.
-                who = describe_foreign(ctx.local, ctx.topic, ctx.partition, mine)
+                ids = partsync_ids(ctx.topic, ctx.partition)
+                who = describe_foreign(ctx.local, ctx.topic, ctx.partition, mine, ids)
                 hint = f"{who}; or {hint}"
             raise DivergenceError(
                 f"divergent history: the local batch {mine.base_offset}..{mine.last_offset} "

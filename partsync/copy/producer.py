@@ -20,6 +20,7 @@ __all__ = [
     "open_fenced_producers",
     "open_producer",
     "open_producer_for",
+    "partsync_ids",
     "renew_producer",
     "slot_id",
     "slot_partition",
@@ -48,6 +49,15 @@ def transactional_id(topic: str, partition: int) -> str:
 def slot_id(topic: str, partition: int, slot: int) -> str:
     """The transactional id of a replay's transaction slot ``slot`` in a local partition."""
     return f"partsync:{topic}:{partition}:txn{slot}"
+
+
+def partsync_ids(topic: str, partition: int) -> list[str]:
+    """Every transactional id partsync writes a local partition under: its own and its
+    replay slots'."""
+    return [
+        transactional_id(topic, partition),
+        *(slot_id(topic, partition, n) for n in range(TXN_SLOTS)),
+    ]
 
 
 def slot_partition(tid: str) -> tuple[str, int] | None:

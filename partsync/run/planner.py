@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from partsync.copy.boundary import checked_in_sync, local_for_plan
-from partsync.copy.producer import slot_partition
+from partsync.copy.producer import partsync_ids, slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.foreign import with_foreign
@@ -248,7 +248,7 @@ def _plan_topic(
             srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.sources}
             plan = checked_in_sync(plan, srcs, local, req.options, rules)
         if plan.condition is Condition.UNSAFE and create is None and refusal is None:
-            plan = with_foreign(plan, local)
+            plan = with_foreign(plan, local, partsync_ids(topic, p))
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = located(plan, local.name)
         plans.append(plan)

@@ -24,7 +24,12 @@ from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.context import ProgressFn
 from partsync.copy.options import CopyOptions
 from partsync.copy.partition import copy_partition
-from partsync.copy.producer import ProducerSession, open_producer_for, renew_producer
+from partsync.copy.producer import (
+    ProducerSession,
+    open_producer_for,
+    partsync_ids,
+    renew_producer,
+)
 from partsync.errors import ClusterError, FencedError, PartsyncError, StoppedError
 from partsync.io.cluster import Cluster
 from partsync.io.foreign import with_foreign
@@ -129,7 +134,7 @@ def refresh_plan(
     if p.condition is Condition.UNSAFE and fresh.condition is not Condition.IN_SYNC:
         return p
     if fresh.condition is Condition.UNSAFE:
-        fresh = located(with_foreign(fresh, local), local.name)
+        fresh = located(with_foreign(fresh, local, partsync_ids(p.topic, p.partition)), local.name)
     return fresh
 
 
