@@ -90,8 +90,9 @@ def _topic(
         )
     parts = tuple(_partition(p, pool, req) for p in tp.partitions)
     keys = () if drift is None else tuple(sorted(drift.changes))
-    state = topic_state((p.condition for p in parts), followed=runs)
-    return TopicStatus(tp.topic, state, parts, keys, drift.refused if drift else None)
+    refused = drift.refused if drift else None
+    state = topic_state((p.condition for p in parts), failed=bool(refused), followed=runs)
+    return TopicStatus(tp.topic, state, parts, keys, refused, refused=bool(refused))
 
 
 def _gone(req: SyncRequest, pool: ClusterPool) -> list[str]:

@@ -31,7 +31,7 @@ from partsync.io.cluster import Cluster
 from partsync.io.link_records import read_promotions, read_source_ends, write_promotions
 from partsync.io.pool import ClusterPool
 from partsync.io.reader import read_batches
-from partsync.plan.acls import in_scope
+from partsync.plan.acls import LITERAL, PREFIXED, Acl, in_scope
 from partsync.plan.promotion import FailoverPoint, Promotion, at_risk
 from partsync.plan.results import SyncReport
 from partsync.run.link_status import group_members
@@ -80,6 +80,13 @@ def _refuse_while_followed(local: Cluster, group: str | None) -> None:
     if group is None:
         return
     members = group_members(local, group)
+    if members is None:
+        raise GroupError(
+            f"cluster {local.name} cannot say whether group {group!r} has members (its "
+            "coordinator did not answer, or DESCRIBE on the group is not granted), so whether "
+            "the job's followers still run is unknown; stop them, then promote with --no-group",
+            cluster=local.name,
+        )
     if members:
         raise GroupError(
             f"group {group!r} on cluster {local.name} has {members} member(s): the job's "
@@ -94,14 +101,17 @@ def _point(
     sources: dict[str, dict[int, int] | None],
     seen: dict[int, dict[str, int]],
     aborted: int,
+    mirrored_end: int,
 ) -> FailoverPoint:
     """One partition's failover point, from its sources' ends (None: the source did not
-    answer) and those a follower last recorded (``seen``)."""
+    answer) and those a follower last recorded (``seen``). What is at risk is measured from
+    the end of what was mirrored (``mirrored_end``: before the aborts' markers, which no
+    source holds); ``local_end`` is where the new primary's own records begin."""
     ends = {name: None if e is None else e[partition] for name, e in sources.items()}
     answered = {name: e for name, e in ends.items() if e is not None}
     last = {s: e for s, e in seen.get(partition, {}).items() if s in ends and ends[s] is None}
     unseen = sum(1 for s, e in ends.items() if e is None and s not in last)
-    risk = at_risk(local_end, answered, last, unseen)
+    risk = at_risk(mirrored_end, answered, last, unseen)
     return FailoverPoint(partition, local_end, ends, last, risk, aborted)
 
 
@@ -126,22 +136,34 @@ def _catch_up(
             )
 
 
-def _grant_withheld(req: SyncRequest, local: Cluster, report: PromoteReport) -> None:
-    """The writes --read-only withheld on the promoted topics, created and recorded as
-    partsync's (so a later link removes them only if it created them)."""
+def _grant_withheld(
+    req: SyncRequest, local: Cluster, report: PromoteReport, topics: Sequence[str]
+) -> None:
+    """The writes --read-only withheld on the promoted ``topics``, created and recorded as
+    partsync's (so a later link removes them only if it created them). A prefixed grant is
+    created for each promoted topic it covers, by name: as a prefix it would also open
+    topics that are still mirrors."""
+    if not topics:
+        return
     record = AclRecord(local, req.acls.record_topic)
     try:
         _created, withheld = record.read()
     except PartsyncError as e:
         report.warnings.append(f"withheld ACLs not read, none granted: {e}")
         return
-    topics = [p.topic for p in report.promoted]
-    grant = sorted(a for a in withheld if in_scope(a, topics, ()))
+    grant: set[Acl] = set()
+    for a in withheld:
+        if a.pattern == PREFIXED:
+            covered = [t for t in topics if a.applies_to(a.resource_type, t)]
+            grant.update(dataclasses.replace(a, name=t, pattern=LITERAL) for t in covered)
+        elif in_scope(a, topics, ()):
+            grant.add(a)
     if not grant:
         return
-    record.add(grant, "promote")
-    create_acls(local, grant)
-    report.granted = [a.describe() for a in grant]
+    ordered = sorted(grant)
+    record.add(ordered, "promote")
+    create_acls(local, ordered)
+    report.granted = [a.describe() for a in ordered]
 
 
 def promote(
@@ -167,6 +189,8 @@ def promote(
     report.already = [promoted[t] for t in req.topics if t in promoted]
     todo = dataclasses.replace(req, topics=tuple(t for t in req.topics if t not in promoted))
     if not todo.topics:
+        # A promote stopped between recording and granting: grant what is still withheld.
+        _grant_withheld(req, local, report, [p.topic for p in report.already])
         return report
     _catch_up(todo, pool, opts or RunOptions(), retries, report)
     seen = read_source_ends(local)
@@ -179,8 +203,8 @@ def promote(
     if groups is not None and groups.groups:
         report.groups = _last_group_copy(groups, pool, local, [p.topic for p in report.promoted])
     write_promotions(local, report.promoted)
-    if report.promoted:
-        _grant_withheld(req, local, report)
+    topics = [p.topic for p in (*report.promoted, *report.already)]
+    _grant_withheld(req, local, report, topics)
     return report
 
 
@@ -198,6 +222,7 @@ def _promotion(
     if info is None:
         raise TopicError("topic does not exist", cluster=local.name, topic=topic)
     parts = list(range(info.partitions))
+    mirrored = {p: b.end for p, b in local.bounds(topic, parts).items()}
     aborted = {p: abort_left_open(local, topic, p) for p in parts}
     for p in parts:
         _drop_fillers(local, topic, p)
@@ -209,7 +234,7 @@ def _promotion(
         except PartsyncError as e:
             log.info("source %s did not answer for topic %s: %s", ref.name, topic, e)
             sources[ref.name] = None
-    points = tuple(_point(p, local_ends[p], sources, seen, aborted[p]) for p in parts)
+    points = tuple(_point(p, local_ends[p], sources, seen, aborted[p], mirrored[p]) for p in parts)
     return Promotion(topic, local.name, now, job, points)
 
 

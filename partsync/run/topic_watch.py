@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from partsync.errors import PartsyncError
+from partsync.io.link_records import read_promotions
 from partsync.io.pool import ClusterPool
 from partsync.plan.topic_select import appeared, lost_by
 from partsync.run.acl_sync import follow_acls
@@ -100,6 +101,17 @@ def _follow_settings(
         kept = sorted(set(followed) - out.gone.keys() - out.refused.keys())
         notice = functools.partial(warn, "")
         follow_acls(req.acls, req.sources, req.local, pool, kept, notice=notice)
+
+
+def promoted_since(req: SyncRequest, pool: ClusterPool, followed: Iterable[str]) -> dict[str, str]:
+    """The followed topics promoted meanwhile (``partsync promote`` by an operator who did not
+    stop this follower), with the refusal: primaries now, so their workers stop here."""
+    try:
+        promoted = read_promotions(pool.get(req.local)) or {}
+    except PartsyncError as e:
+        log.debug("topic check: reading the promotions: %s", e)
+        return {}
+    return {t: promoted[t].refusal() for t in followed if t in promoted}
 
 
 class TopicWatch:
@@ -175,6 +187,8 @@ class TopicWatch:
         for topic, counts in seen.items():
             if topic not in out.refused:
                 self._gone(topic, set(counts), answered, out)
+        for topic, why in promoted_since(self.req, pool, self.counts).items():
+            out.refused.setdefault(topic, why)
         _follow_settings(self.req, pool, seen, self.counts, out, self._warn)
         self.source_ends.flush(pool.get(self.req.local))
         self.gone = (self.gone | out.gone.keys()) - out.refused.keys()

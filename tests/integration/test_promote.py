@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from partsync.demo.data import create_topic, produce
+from partsync.errors import TopicError
 from partsync.io.cluster import Cluster
 from partsync.io.link_records import read_promotions, write_source_ends
 from partsync.plan.comparator import Bounds
@@ -223,3 +224,50 @@ def test_a_start_that_could_not_finish_leaves_no_filler_records_to_read(
     r = _promote_dark(dark_config, topic)
     assert r.code == 0, r.stdout + r.stderr
     assert bounds(local, topic, 1)[0] == Bounds(200, 200)
+
+
+def _mirrored(clusters: Clusters, topic: str, n: int) -> bool:
+    try:
+        return ends(clusters["local"], topic, 1) == {0: n}
+    except TopicError:  # not created yet
+        return False
+
+
+def test_a_follower_left_running_stops_mirroring_a_topic_once_it_is_promoted(
+    clusters: Clusters, psync: Run, topic: str, tmp_path: Path
+) -> None:
+    """A follower without a group cannot be seen by promote: its next topic check reads the
+    promotion and stops the topic (exit 3 when stopped), so nothing more is mirrored in."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    a = clusters.bootstrap("a")
+    create_topic(a, topic, 1)
+    produce(a, topic, records(10, seed=1))
+    log = tmp_path / "follower.log"
+    argv = [sys.executable, "-m", "partsync", "--config", str(clusters.config), "sync"]
+    argv += ["--topic", topic, "--sources", "a", "--create-missing", "--follow", "--no-group"]
+    argv += ["--topic-check-interval", "1", "--follow-wait-ms", "200"]
+    env = {k: v for k, v in os.environ.items() if k != "PARTSYNC_CONFIG"}
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not _mirrored(clusters, topic, 10):
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.3)
+            r = psync("promote", "--topic", topic, "--sources", "a", "--no-group", "--json")
+            assert r.code == 0, r.stdout + r.stderr
+            deadline = time.monotonic() + 30
+            while "was promoted on local" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.3)
+            produce(a, topic, records(5, seed=2))
+            time.sleep(2)  # a follower still mirroring would copy them within this
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+    assert code == 3, log.read_text()
+    assert ends(clusters["local"], topic, 1) == {0: 10}
