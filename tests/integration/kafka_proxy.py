@@ -17,7 +17,10 @@ So tests put this proxy between partsync and the broker:
   Produce for it is unanswered is a breach. Kafka keeps no producer state for a partition it
   has not seen the producer on (a new session, or state expired after
   ``producer.id.expiration.ms``, which is all historical data) and then accepts any sequence:
-  if the earlier batch is rejected, the later one lands at its offset.
+  if the earlier batch is rejected, the later one lands at its offset. The rule guards the
+  mirrored partitions' offsets; partsync's own record topics (``PARTSYNC_RECORDS``: keyed,
+  compacted, the latest value of a key wins, written by every process of a job) are exempt:
+  two followers recording at once is two producers, which Kafka allows.
 * Metadata responses (api key 3) are rewritten so the broker is advertised at the proxy's own
   address; otherwise a client would connect to the broker directly after bootstrapping and
   bypass the checker. The response is decoded with kafka-python's ``MetadataResponse`` (the
@@ -75,6 +78,7 @@ with warnings.catch_warnings():
     from kafka.protocol.metadata.metadata import MetadataResponse
     from kafka.protocol.producer.produce import ProduceRequest
 
+from partsync.plan.topic_select import PARTSYNC_RECORDS
 from tests.integration.kafka_semantics import KafkaSemantics, produce_answer
 
 __all__ = [
@@ -929,6 +933,8 @@ class StrictProxy:
         cid = check.header.correlation_id
         # Several batches of one partition in one request are their own violation (batch-count).
         for key in dict.fromkeys((b.topic, b.partition) for b in check.batches):
+            if key[0] in PARTSYNC_RECORDS:
+                continue  # not a mirror: no offset to keep (the module's docstring)
             earlier = self._appending.get(key)
             if earlier is not None:
                 self.violations.append(

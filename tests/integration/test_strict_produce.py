@@ -542,3 +542,15 @@ def test_the_proxy_flags_an_append_behind_an_unanswered_one() -> None:
         proxy._forget(link)  # type: ignore[arg-type]  # the connection closed: no answer comes
         proxy._on_request(produce_frame({2: batch(2)}, correlation_id=5), object())  # type: ignore[arg-type]
         assert rules(proxy.violations) == [("pipelined", 1)]
+
+
+def test_the_proxy_lets_processes_record_in_partsyncs_own_topics_at_once() -> None:
+    """partsync's record topics are not mirrors (keyed, the latest value wins, written by
+    every follower of a job): two appends in flight there are two producers, as Kafka allows."""
+    from tests.integration.kafka_proxy import StrictProxy
+
+    with StrictProxy("127.0.0.1:9") as proxy:
+        for cid, link in ((1, object()), (2, object())):
+            frame = produce_frame({0: batch(2)}, correlation_id=cid, topic="partsync.source-ends")
+            proxy._on_request(frame, link)  # type: ignore[arg-type]
+        assert rules(proxy.violations) == []
