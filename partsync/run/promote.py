@@ -36,9 +36,9 @@ from partsync.plan.promotion import FailoverPoint, Promotion, at_risk
 from partsync.plan.results import SyncReport
 from partsync.run.link_status import group_members
 from partsync.run.offsets import OffsetsReport, copy_group_offsets
-from partsync.run.planner import SyncRequest, apply_topic_changes, plan_topics
+from partsync.run.planner import SyncRequest
 from partsync.run.runner import RunOptions
-from partsync.run.sync import GroupsToSync, run_job
+from partsync.run.sync import GroupsToSync, run_sync
 from partsync.wire.filler import is_filler
 
 __all__ = ["PromoteReport", "promote"]
@@ -118,22 +118,17 @@ def _point(
 def _catch_up(
     req: SyncRequest, pool: ClusterPool, opts: RunOptions, retries: int, report: PromoteReport
 ) -> None:
-    """The last one-shot sync from the sources that answer. A topic it cannot copy (no source
-    answers: the disaster a failover is for) is promoted as the mirror holds it, with a
-    warning."""
-    plans = apply_topic_changes(req, pool, plan_topics(req, pool))
-    for tp in plans:
-        if tp.error or tp.refused:
-            report.warnings.append(f"topic {tp.topic}: not caught up: {tp.error or tp.refused}")
-    plans = [tp for tp in plans if not tp.error]
-    outcome = run_job(req, pool, plans, opts, use_group=False, retries=retries)
-    report.catch_up = outcome.report
-    for p in outcome.report.all_partitions():
-        if p.status.value not in ("in-sync", "synced"):
-            report.warnings.append(
-                f"topic {p.topic} partition {p.partition}: the catch-up ended {p.status.value}"
-                f" at offset {p.local_end_after}: {p.reason}"
-            )
+    """The last one-shot sync from the sources that answer, as ``sync`` runs it. A topic it
+    cannot copy (no source answers: the disaster a failover is for) is promoted as the mirror
+    holds it, with a warning."""
+    report.catch_up = run_sync(req, pool, opts=opts, use_group=False, retries=retries)
+    for p in report.catch_up.all_partitions():
+        if p.status.value in ("in-sync", "synced"):
+            continue
+        where = f"topic {p.topic}" + (f" partition {p.partition}" if p.partition >= 0 else "")
+        report.warnings.append(
+            f"{where}: not caught up ({p.status.value} at offset {p.local_end_after}): {p.reason}"
+        )
 
 
 def _grant_withheld(

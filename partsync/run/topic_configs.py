@@ -52,23 +52,10 @@ def config_drift(
 ) -> ConfigDrift | None:
     """The drift of ``topic``'s local configs from the first of its sources (``sources``:
     those known to hold it, in the request's order) that answers; None when no source
-    answers or the local topic does not exist. Reads only."""
-    names = [r for r in req.sources if sources is None or r.name in sources]
-    for ref in names:
-        try:
-            src = pool.get(ref).all_topic_configs(topic)
-        except PartsyncError as e:
-            log.debug("configs of %s on %s: %s", topic, ref.name, e)
-            continue
-        refused = identity_breaking(topic, ref.name, src)
-        try:
-            local = pool.get(req.local).all_topic_configs(topic)
-        except PartsyncError as e:
-            log.debug("configs of %s on %s: %s", topic, req.local.name, e)
-            return None
-        changes = {} if refused else config_changes(req.config_policy, src, local)
-        return ConfigDrift(topic, ref.name, changes, dict(local), refused)
-    return None
+    answers or the local topic's configs cannot be read (``config_drifts`` of one). Reads
+    only."""
+    drifts, _failed = config_drifts(req, pool, {topic: sources})
+    return drifts.get(topic)
 
 
 def sync_configs(
