@@ -1,15 +1,17 @@
-"""Topic administration requests: CreateTopics, CreatePartitions, DeleteRecords,
+"""Topic administration requests: CreateTopics, CreatePartitions, DeleteRecords, DeleteTopics,
 DescribeConfigs and IncrementalAlterConfigs (a mixin of ``Connection``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafka.protocol.admin.cluster import DescribeLogDirsRequest
 from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
+    DeleteTopicsRequest,
 )
 
 from partsync._kafka.codes import raise_for_code
@@ -104,6 +106,36 @@ class AdminRequests:
                 if p.partition_index == partition:
                     return int(p.error_code), int(p.low_watermark)
         return -1, -1
+
+    def delete_topic(self, topic: str, timeout_ms: int = 30_000) -> tuple[int, str | None]:
+        """Delete ``topic`` (DeleteTopics, to the controller through any broker): returns
+        (error code, message)."""
+        req = DeleteTopicsRequest(topic_names=[topic], timeout_ms=timeout_ms)
+        resp = self.call("DeleteTopics", req)
+        for r in resp.responses:
+            if r.name == topic:
+                return int(r.error_code), getattr(r, "error_message", None)
+        return -1, "no result for the topic"
+
+    def log_dir_sizes(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The bytes this broker stores for each of ``partitions`` it holds a replica of
+        (DescribeLogDirs; a replica moving between its log dirs counted once)."""
+        T = DescribeLogDirsRequest.DescribableLogDirTopic
+        resp = self.call(
+            "DescribeLogDirs",
+            DescribeLogDirsRequest(topics=[T(topic=topic, partitions=partitions)]),
+        )
+        out: dict[int, int] = {}
+        for result in resp.results:
+            if result.error_code:
+                continue
+            for t in result.topics:
+                if t.name != topic:
+                    continue
+                for p in t.partitions:
+                    if not p.is_future_key:
+                        out[int(p.partition_index)] = int(p.partition_size)
+        return out
 
     def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
         R = DescribeConfigsRequest.DescribeConfigsResource

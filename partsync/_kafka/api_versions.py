@@ -13,7 +13,12 @@ from kafka.protocol.admin.acl import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
-from kafka.protocol.admin.cluster import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.admin.cluster import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 from kafka.protocol.admin.configs import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -33,6 +38,8 @@ from kafka.protocol.admin.topics import (
     CreateTopicsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
 )
 from kafka.protocol.admin.transactions import (
     DescribeProducersRequest,
@@ -119,6 +126,11 @@ PREFERRED: dict[str, tuple[Any, Any, int, int]] = {
     "CreatePartitions": (CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
     # Moving the local log start when a mirror starts at its source's log start (Tansu has none).
     "DeleteRecords": (DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
+    # ``partsync failback``: a diverged old primary's topic, deleted to be created again (no
+    # client can cut a log's tail). v1-5 name topics (v6 adds ids).
+    "DeleteTopics": (DeleteTopicsRequest, DeleteTopicsResponse, 1, 5),
+    # ``failback --dry-run``: the bytes a topic created again copies again.
+    "DescribeLogDirs": (DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4),
     # Group membership on the LOCAL cluster only (partsync never joins a source's groups).
     # JoinGroup >= 4 answers a new member MEMBER_ID_REQUIRED first; both paths are handled.
     "FindCoordinator": (FindCoordinatorRequest, FindCoordinatorResponse, 1, 6),

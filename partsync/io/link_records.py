@@ -14,7 +14,13 @@ from partsync.io.cluster import Cluster
 from partsync.io.record_topic import RecordTopic
 from partsync.plan.promotion import PROMOTIONS_TOPIC, SOURCE_ENDS_TOPIC, Promotion
 
-__all__ = ["read_promotions", "read_source_ends", "write_promotions", "write_source_ends"]
+__all__ = [
+    "forget_promotions",
+    "read_promotions",
+    "read_source_ends",
+    "write_promotions",
+    "write_source_ends",
+]
 
 # topic -> partition -> source -> end
 SourceEnds = Mapping[str, Mapping[int, Mapping[str, int]]]
@@ -49,6 +55,11 @@ def read_promotions(cluster: Cluster) -> dict[str, Promotion] | None:
 
 def write_promotions(cluster: Cluster, promotions: Iterable[Promotion]) -> None:
     _promotions(cluster).write([(p.topic, p.to_json()) for p in promotions])
+
+
+def forget_promotions(cluster: Cluster, topics: Iterable[str]) -> None:
+    """Tombstone the promotion records of ``topics``: a failback made them mirrors again."""
+    _promotions(cluster).write([(t, None) for t in topics])
 
 
 def _ends(cluster: Cluster) -> RecordTopic:

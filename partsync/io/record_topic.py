@@ -15,7 +15,7 @@ from partsync.io.reader import read_batches
 from partsync.wire.keyed import keyed_batch
 from partsync.wire.records import iter_records
 
-__all__ = ["RecordTopic"]
+__all__ = ["RecordTopic", "append_plain"]
 
 _READ_BYTES = 1 << 20
 # Compaction soon after a key is written again: these topics are read whole by every run.
@@ -76,20 +76,26 @@ class RecordTopic:
 
     def _append(self, records: Sequence[tuple[str, bytes | None]]) -> None:
         batch = keyed_batch([(k.encode(), v) for k, v in records], int(time.time() * 1000))
-        conn = self.cluster.connect_leader(self.topic, 0)
-        try:
-            conn.send_produce(self.topic, {0: batch})
-            res = conn.receive_produce()[0]
-        except BrokerError:
-            self.cluster.metadata(refresh=True)
-            raise
-        finally:
-            self.cluster.release(conn)
-        if res.error_code:
-            raise broker_error(
-                res.error_code,
-                f"writing {self.what} to topic {self.topic}",
-                cluster=self.cluster.name,
-                topic=self.topic,
-                partition=0,
-            )
+        append_plain(self.cluster, self.topic, 0, batch, f"writing {self.what}")
+
+
+def append_plain(cluster: Cluster, topic: str, partition: int, batch: bytes, what: str) -> None:
+    """Append one batch without a producer identity, acks=all, and wait for its answer: a
+    request lost with the connection is not sent again (the caller reads what landed)."""
+    conn = cluster.connect_leader(topic, partition)
+    try:
+        conn.send_produce(topic, {partition: batch})
+        res = conn.receive_produce()[partition]
+    except BrokerError:
+        cluster.metadata(refresh=True)
+        raise
+    finally:
+        cluster.release(conn)
+    if res.error_code:
+        raise broker_error(
+            res.error_code,
+            f"{what} to topic {topic}",
+            cluster=cluster.name,
+            topic=topic,
+            partition=partition,
+        )

@@ -36,6 +36,7 @@ from partsync.plan.promotion import FailoverPoint, Promotion, at_risk
 from partsync.plan.results import SyncReport
 from partsync.run.link_status import group_members
 from partsync.run.offsets import OffsetsReport, copy_group_offsets
+from partsync.run.planned_switch import PlannedSwitch, refuse_live_groups_on_source, wait_in_sync
 from partsync.run.planner import SyncRequest
 from partsync.run.runner import RunOptions
 from partsync.run.sync import GroupsToSync, run_sync
@@ -57,9 +58,13 @@ class PromoteReport:
     groups: OffsetsReport | None = None
     granted: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # --planned: why the mirror is not at lag 0 with its sources (then nothing is promoted).
+    not_in_sync: list[str] = field(default_factory=list)
 
     @property
     def exit_status(self) -> ExitStatus:
+        if self.not_in_sync:
+            return ExitStatus.DEADLINE
         if self.failed:
             return ExitStatus.FAILURE
         return self.groups.exit_status if self.groups is not None else ExitStatus.OK
@@ -73,6 +78,7 @@ class PromoteReport:
             "groups": self.groups.to_dict()["groups"] if self.groups is not None else [],
             "acls_granted": list(self.granted),
             "warnings": list(self.warnings),
+            "not_in_sync": list(self.not_in_sync),
         }
 
 
@@ -169,8 +175,10 @@ def promote(
     groups: GroupsToSync | None = None,
     opts: RunOptions | None = None,
     retries: int = 2,
+    planned: PlannedSwitch | None = None,
 ) -> PromoteReport:
-    """Promote the request's topics on its local cluster (the module's steps)."""
+    """Promote the request's topics on its local cluster (the module's steps); ``planned``:
+    only once the mirror is at lag 0 with its sources (``run.planned_switch``)."""
     report = PromoteReport()
     local = pool.get(req.local)
     _refuse_while_followed(local, group)
@@ -187,7 +195,20 @@ def promote(
         # A promote stopped between recording and granting: grant what is still withheld.
         _grant_withheld(req, local, report, [p.topic for p in report.already])
         return report
+    if planned is not None and groups is not None and groups.groups:
+        refuse_live_groups_on_source(pool.get(groups.source), groups.groups)
     _catch_up(todo, pool, opts or RunOptions(), retries, report)
+    if planned is not None:
+
+        def again() -> None:
+            report.warnings.clear()
+            _catch_up(todo, pool, opts or RunOptions(), retries, report)
+
+        report.not_in_sync = wait_in_sync(
+            todo, pool, again, watch_s=planned.watch_s, timeout_s=planned.timeout_s
+        )
+        if report.not_in_sync:
+            return report
     seen = read_source_ends(local)
     now = int(time.time() * 1000)
     for topic in todo.topics:

@@ -24,6 +24,7 @@ from partsync.ui.cli_common import (
     stderr,
 )
 from partsync.ui.cli_diff import demo, diff
+from partsync.ui.cli_failback import failback
 from partsync.ui.cli_offsets import offsets
 from partsync.ui.cli_promote import promote
 from partsync.ui.cli_status import status
@@ -60,7 +61,7 @@ def cli(click_ctx: click.Context, config_path: str | None, verbose: int) -> None
     click_ctx.obj = Ctx(config_path)
 
 
-for _command in (plan, sync, status, check, demo, diff, offsets, promote):
+for _command in (plan, sync, status, check, demo, diff, offsets, promote, failback):
     cli.add_command(_command)
 
 

@@ -26,6 +26,7 @@ Exit codes:
   1  a topic could not be promoted, the job's followers still run, or a cluster failed
   2  usage or configuration error
   3  a consumer group was not copied: it has live members on the local cluster
+  4  --planned: the mirror did not reach lag 0 with its sources in time (nothing promoted)
 """
 
 
@@ -53,6 +54,29 @@ Exit codes:
     metavar="CLUSTER",
     help="The cluster --sync-groups copies commits from; default: the first of --sources.",
 )
+@click.option(
+    "--planned",
+    is_flag=True,
+    help="A planned switch (both clusters up, e.g. back to the original primary after a "
+    "failback): refuse while the --sync-groups groups have members on the source, catch up "
+    "until every source partition ends where the mirror does with no transaction open and "
+    "stays put for --watch-seconds, and only then promote (exit 4 and nothing promoted if "
+    "that takes longer than --planned-timeout).",
+)
+@click.option(
+    "--watch-seconds",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="--planned: how long the sources' ends must stay put (producers stopped).",
+)
+@click.option(
+    "--planned-timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="--planned: how long to catch up before refusing.",
+)
 @config_option
 @click.pass_obj
 def promote(ctx: Ctx, /, **options: Any) -> None:
@@ -68,6 +92,7 @@ def promote(ctx: Ctx, /, **options: Any) -> None:
     """
     from partsync.copy.options import CopyOptions
     from partsync.io.pool import ClusterPool
+    from partsync.run.planned_switch import PlannedSwitch
     from partsync.run.planner import resolve_topics
     from partsync.run.promote import promote as run_promote
     from partsync.run.sync import default_group
@@ -85,7 +110,10 @@ def promote(ctx: Ctx, /, **options: Any) -> None:
     with ClusterPool() as pool:
         req = resolve_topics(req, pool)
         group = None if options["no_group"] else options["group"] or default_group(req.job_topics)
-        report = run_promote(req, pool, group=group, groups=groups)
+        planned = None
+        if options["planned"]:
+            planned = PlannedSwitch(options["watch_seconds"], options["planned_timeout"])
+        report = run_promote(req, pool, group=group, groups=groups, planned=planned)
     if sel.as_json:
         emit_json(report.to_dict())
     else:
@@ -116,6 +144,8 @@ def _render(report: Any) -> None:
         stderr.print(f"topic {p.topic}: promoted already", highlight=False, markup=False)
     for topic, why in report.failed.items():
         stderr.print(f"topic {topic}: not promoted: {why}", highlight=False, markup=False)
+    for why in report.not_in_sync:
+        stderr.print(f"not at lag 0, nothing promoted: {why}", highlight=False, markup=False)
     for line in (*report.warnings, *(f"granted ACL {a}" for a in report.granted)):
         stderr.print(line, highlight=False, markup=False)
     if report.groups is not None:
