@@ -24,6 +24,8 @@ class PartitionMeta:
     # The leader's epoch (-1 when the broker does not say): sent with requests that must reach
     # the current leader, so a stale one answers FENCED_LEADER_EPOCH instead of old data.
     leader_epoch: int = -1
+    # How many replicas the partition has (0 when the broker does not say).
+    replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,11 @@ class MetadataRequests:
         for t in resp.topics:
             parts = {
                 p.partition_index: PartitionMeta(
-                    p.partition_index, p.leader_id, p.error_code, getattr(p, "leader_epoch", -1)
+                    p.partition_index,
+                    p.leader_id,
+                    p.error_code,
+                    getattr(p, "leader_epoch", -1),
+                    len(getattr(p, "replica_nodes", None) or ()),
                 )
                 for p in t.partitions
             }

@@ -27,6 +27,8 @@ class TopicInfo:
     leader_epochs: dict[int, int] = field(default_factory=dict)
     # Metadata v10+; a topic deleted and created again under its name gets a new one.
     topic_id: str | None = None
+    # The most replicas a partition has (its replication factor; 0 when not told).
+    replication: int = 0
 
 
 class MetadataCache:
@@ -139,7 +141,8 @@ class MetadataCache:
                     partition=p,
                 )
             leaders[p] = pm.leader
-        return TopicInfo(name, len(t.partitions), leaders, epochs, t.topic_id)
+        replication = max((pm.replicas for pm in t.partitions.values()), default=0)
+        return TopicInfo(name, len(t.partitions), leaders, epochs, t.topic_id, replication)
 
     def leader(self, topic: str, partition: int) -> int:
         info = self.topic(topic)

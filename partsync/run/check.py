@@ -38,7 +38,12 @@ from partsync.plan.preflight import (
     ops_verdict,
 )
 from partsync.run.acl_sync import principal_of
-from partsync.run.check_acls import local_acl_findings, record_findings, source_acl_findings
+from partsync.run.check_acls import (
+    auto_create_finding,
+    local_acl_findings,
+    record_findings,
+    source_acl_findings,
+)
 from partsync.run.planner import SyncRequest, TopicPlan, plan_topics
 
 __all__ = ["CheckOptions", "check_clusters"]
@@ -187,6 +192,7 @@ def _local_findings(
     if req.acls.active:
         _step(check, "acls", lambda: local_acl_findings(cluster, req, cluster_ops))
     _step(check, "records", lambda: record_findings(cluster))
+    _step(check, "auto-create", lambda: [auto_create_finding(cluster)])
     if opts.group is not None:
         group = opts.group
         _step(check, f"group {group}", lambda: _group_findings(cluster, group))

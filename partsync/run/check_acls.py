@@ -1,13 +1,15 @@
 """``partsync check`` with ``--sync-acls`` / ``--read-only``: the rights an ACL pass needs on
 each cluster, whether the local cluster can keep a mirror read-only, and which local grants
-would let someone else write a mirror. Reads only (DescribeAcls, DescribeCluster, Metadata,
-DescribeConfigs)."""
+would let someone else write a mirror; and whether its clients can create a missing mirror
+topic by asking (``auto.create.topics.enable``). Reads only (DescribeAcls, DescribeCluster,
+Metadata, DescribeConfigs)."""
 
 from __future__ import annotations
 
 from partsync.errors import PartsyncError
 from partsync.io.acls import cluster_acls, local_authorizer
 from partsync.io.cluster import Cluster
+from partsync.io.old_primary import auto_create_topics
 from partsync.io.probes import Rights, topic_rights
 from partsync.plan.acls import Acl, AclOptions, other_writers
 from partsync.plan.preflight import Finding, Op, Verdict, ops_verdict
@@ -15,7 +17,7 @@ from partsync.plan.promotion import PROMOTIONS_TOPIC, SOURCE_ENDS_TOPIC
 from partsync.run.acl_sync import own_principal
 from partsync.run.topic_plan import SyncRequest
 
-__all__ = ["local_acl_findings", "record_findings", "source_acl_findings"]
+__all__ = ["auto_create_finding", "local_acl_findings", "record_findings", "source_acl_findings"]
 
 
 def _can_list(cluster: Cluster, why: str) -> tuple[Finding, set[Acl] | None]:
@@ -102,3 +104,27 @@ def record_findings(cluster: Cluster) -> list[Finding]:
                 f = Finding(f.subject, f.need, Verdict.WARNING, f"{why}: not authorized")
             out.append(f)
     return out
+
+
+def auto_create_finding(cluster: Cluster) -> Finding:
+    """``auto.create.topics.enable`` (Kafka's default: true) on the local cluster: a client that
+    asks for a missing topic creates it with the broker's defaults. A mirror topic is missing
+    for a moment when ``partsync failback`` deletes a diverged one to create it again; one
+    created in between is refused (not as it was), so the warning says to turn it off."""
+    need = "auto.create.topics.enable"
+    try:
+        on = auto_create_topics(cluster)
+    except PartsyncError as e:
+        return Finding("cluster", need, Verdict.UNKNOWN, f"not read: {e.reason}")
+    if on is None:
+        return Finding("cluster", need, Verdict.UNKNOWN, "the brokers do not report it")
+    if on:
+        return Finding(
+            "cluster",
+            need,
+            Verdict.WARNING,
+            "true: a client that asks for a missing topic creates it with the broker's "
+            "defaults, as one may between failback deleting a diverged mirror topic and "
+            "creating it again (failback then refuses it); set it to false",
+        )
+    return Finding("cluster", need, Verdict.OK, "false: clients cannot create topics by asking")

@@ -260,8 +260,8 @@ def _export(old: Cluster, new: Cluster, tf: TopicFailback, target: ExportTarget)
 
 
 def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
-    """Delete the topic and create it again at once with its partitions and settings, then
-    check them: until it exists again, a client of the old primary could auto-create it
+    """Delete the topic and create it again at once with its partitions, replication factor and
+    settings (identity, retention and timestamp configs), then check them: until it exists again, a client of the old primary could auto-create it
     (``auto.create.topics.enable``) with the broker's defaults."""
     topic = tf.topic
     parts = [p.partition for p in tf.partitions]
@@ -288,12 +288,14 @@ def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
             cluster=old.name,
             topic=topic,
         )
+    info = old.topic(topic, refresh=True)
+    replication = info.replication if info is not None and info.replication else -1
     configs, warnings = old.topic_configs(topic)
     for w in warnings:
         log.warning("%s", w)
     log.warning("deleting topic %s on %s to create it again as a mirror", topic, old.name)
     delete_topic(old, topic)
-    old.create_topic(topic, len(parts), dict(configs))
+    old.create_topic(topic, len(parts), dict(configs), replication)
     now, _ = old.topic_configs(topic)
     differ = {k: (v, now.get(k)) for k, v in configs.items() if now.get(k) != v}
     ends = old.bounds(topic, parts)

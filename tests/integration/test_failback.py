@@ -152,6 +152,111 @@ def test_failback_refuses_records_it_has_nowhere_to_export(link: Link, topic: st
     assert ends(link.a, topic, 2) == before
 
 
+def _txn_producer(bootstrap: str, tid: str) -> Any:
+    from confluent_kafka import Producer
+
+    producer: Any = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": tid, "log_level": 3}
+    )
+    producer.init_transactions(15)
+    return producer
+
+
+def _in_txn(producer: Any, topic: str, values: list[bytes], *, commit: bool | None) -> None:
+    producer.begin_transaction()
+    for v in values:
+        producer.produce(topic, key=b"k", value=v, partition=0)
+    producer.flush(15)
+    if commit is True:
+        producer.commit_transaction(15)
+    elif commit is False:
+        producer.abort_transaction(15)
+
+
+def test_the_export_marks_committed_and_aborted_transactions(
+    link: Link, topic: str, tmp_path: Path
+) -> None:
+    """A's tail holds a committed and an aborted transaction and plain records: each data
+    record is exported once, marked with its transaction's outcome (markers are lines of the
+    files, not records of the export topic), and A ends identical to B."""
+    create_topic(link.a, topic, 1)
+    produce(link.a, topic, records(10, seed=1), partition=0)
+    r = link.run("promote", "--topic", topic, "--sources", "a", "--create-missing", "--no-group")
+    assert r.code == 0, r.stdout + r.stderr
+    p = _txn_producer(link.a, f"t-{topic}")
+    try:
+        _in_txn(p, topic, [b"c1", b"c2"], commit=True)
+        _in_txn(p, topic, [b"a1"], commit=False)
+    finally:
+        close = getattr(p, "close", None)  # confluent-kafka >= 2.12
+        if close is not None:
+            close()
+    produce(link.a, topic, records(2, seed=2), partition=0)
+    out = tmp_path / "x"
+    r = _failback(link, topic, "--export-dir", str(out), "--export-topic", "{topic}.fb")
+    assert r.code == 0, r.stdout + r.stderr
+    (t,) = r.json["topics"]
+    (part,) = t["partitions"]
+    assert (t["done"], part["diverged_at"]) == ("recreated", 10), t
+    assert part["exported"]["transactions"] == {"aborted": 1, "committed": 2, "none": 2}
+    assert part["exported"]["markers"] == 2
+    docs = [json.loads(x) for x in (out / topic / "0.jsonl").read_text().splitlines()]
+    got = [(d["offset"], d.get("transaction"), d.get("marker"), d.get("value")) for d in docs]
+    assert got[:6] == [
+        (10, "committed", None, "c1"),
+        (11, "committed", None, "c2"),
+        (12, None, "commit", None),
+        (13, "aborted", None, "a1"),
+        (14, None, "abort", None),
+        (15, None, None, got[5][3]),
+    ], got
+    assert len(got) == 7
+    exported = consume_all(link.b, f"{topic}.fb", 0, timeout=30)
+    from partsync.wire.export import Origin
+
+    origins = [Origin.of(list(x.headers or [])) for x in exported]
+    assert [(o.offset, o.transaction) for o in origins if o] == [
+        (10, "committed"),
+        (11, "committed"),
+        (13, "aborted"),
+        (15, None),
+        (16, None),
+    ]
+    assert_partitions_identical(link.b, link.a, topic, 1)
+
+
+def test_failback_refuses_while_producers_write_the_old_primary(link: Link, topic: str) -> None:
+    """A producer still writing (its ends move while watched), and a transaction left open
+    (the old primary's last stable offset below its end): both refused, named, nothing
+    written."""
+    _diverged(link, topic)
+    stop = threading.Event()
+    writer = threading.Thread(target=_load, args=(link.a, topic, stop), daemon=True)
+    writer.start()
+    try:
+        time.sleep(0.5)
+        r = _failback(link, topic, "--export-topic", "{topic}.x", "--watch-seconds", "2")
+    finally:
+        stop.set()
+        writer.join(60)
+    assert r.code == 1, r.stdout + r.stderr
+    assert r.json["in_use"]["moved"], r.json["in_use"]
+
+    p = _txn_producer(link.a, f"open-{topic}")
+    try:
+        _in_txn(p, topic, [b"o1"], commit=None)
+        before = ends(link.a, topic, 2)
+        r = _failback(link, topic, "--export-topic", "{topic}.x", "--settle-timeout", "1")
+        assert r.code == 1, r.stdout + r.stderr
+        use = r.json["in_use"]
+        assert f"{topic}-0" in use["open_transactions"], use
+        assert f"open-{topic}" in use["transactional_ids"], use
+        assert ends(link.a, topic, 2) == before
+    finally:
+        p.abort_transaction(15)
+    assert topic_partitions(link.b, f"{topic}.x") is None
+
+
 def _kill_first(procs: list[Any]) -> None:
     procs[0].send_signal(signal.SIGKILL)
 
