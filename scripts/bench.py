@@ -150,6 +150,10 @@ class Settings:
     # instead of a fresh one per copy: with --pin-cpus, warm brokers on their core leave the
     # contender's own CPU as the short side.
     warm_dest: bool = False
+    # Two contenders in rounds: each round copies with both, each into a warm destination broker
+    # of its own, the brokers swapped and the order swapped between rounds, so neither contender
+    # has the fresher broker or the first turn more often (the ratio is taken per round).
+    paired: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -738,6 +742,7 @@ class Bench:
         self._broker_ids = itertools.count()
         self.rows: list[Row] = []
         self.scans: dict[str, dict[int, PartitionScan]] = {}
+        self.pairs: list[dict[str, Any]] = []  # Settings.paired
 
     # -- brokers ---------------------------------------------------------------------------
 
@@ -776,10 +781,14 @@ class Bench:
         partitions: int,
         extra: list[str],
         check: bool = True,
+        dest_broker: BenchBroker | None = None,
     ) -> tuple[Measured, dict[str, Any], float, float]:
         assert self.source is not None
         src_scan = self.scans[topic]
-        if self.s.warm_dest:
+        if dest_broker is not None:
+            dest = dest_broker
+            delete_topic(dest.bootstrap, topic)
+        elif self.s.warm_dest:
             if self._warm_dest is None:
                 self._warm_dest = self.start_broker()
                 # One copy unmeasured: the first copies into a fresh JVM run before its JIT.
@@ -812,7 +821,7 @@ class Bench:
                 verdict = compare(src_scan, scan_topic(dest.bootstrap, topic, partitions))
             return m, verdict, d1 - d0, s1 - s0
         finally:
-            if not self.s.warm_dest:
+            if not self.s.warm_dest and dest_broker is None:
                 self.stop_broker(dest)
 
     def measure(
@@ -866,6 +875,14 @@ class Bench:
                     "source_broker_cpu_s": src_cpu,
                 }
             )
+        self._summarise(row, runs, reports)
+        self.rows.append(row)
+        return row
+
+    def _summarise(
+        self, row: Row, runs: list[dict[str, float]], reports: list[dict[str, Any]]
+    ) -> None:
+        """The row's columns from its runs: the median run by wall time."""
         if runs:
             # The median run by wall time stands for the contender (noisy shared machine).
             order = sorted(range(len(runs)), key=lambda i: runs[i]["wall_s"])
@@ -887,12 +904,97 @@ class Bench:
                 round(med["cpu_s"] / (row.source_bytes / GB), 2) if row.source_bytes else 0.0
             )
             self.log(
-                f"  {contender:<20} {topic:<16} {variant:<10} {row.wall_s:7.2f} s {row.mb_per_s:8.1f} MB/s "
+                f"  {row.contender:<20} {row.topic:<16} {row.variant:<10} {row.wall_s:7.2f} s {row.mb_per_s:8.1f} MB/s "
                 f"{row.cpu_s_per_gb:8.1f} CPU s/GB {row.peak_rss_mb:7.0f} MB RSS "
                 f"offsets identical: {row.offsets_identical}"
             )
-        self.rows.append(row)
-        return row
+
+    def measure_paired(self, topic: str, codec: str, partitions: int) -> dict[str, Any]:
+        """``Settings.paired``: rounds of both contenders (see there); the rows as ``measure``
+        makes them, and the per-round ratio of the first contender's records/s to the
+        second's (its median and geometric mean)."""
+        first, second = self.s.contenders
+        dests = [self.start_broker(), self.start_broker()]
+        for d, c in zip(dests, (first, second), strict=True):  # unmeasured: JIT warm-up
+            self.copy_once(c, topic, codec, partitions, [], check=False, dest_broker=d)
+        src = self.scans[topic]
+        rows = {
+            c: Row(
+                "main",
+                c,
+                topic,
+                codec,
+                partitions,
+                "paired",
+                sum(s.bytes for s in src.values()),
+                sum(s.records for s in src.values()),
+            )
+            for c in (first, second)
+        }
+        runs: dict[str, list[dict[str, float]]] = {first: [], second: []}
+        rounds: list[dict[str, Any]] = []
+        try:
+            for i in range(self.s.repeat):
+                order = (first, second) if (i // 2) % 2 == 0 else (second, first)
+                walls = {}
+                for c in order:
+                    d = dests[(i + (c == second)) % 2]
+                    m, verdict, dest_cpu, src_cpu = self.copy_once(
+                        c, topic, codec, partitions, [], check=(i == 0), dest_broker=d
+                    )
+                    if m.code != 0:
+                        rows[c].code = m.code
+                        error = (m.stderr.strip() or m.stdout.strip())[-800:]
+                        rows[c].error = error
+                        raise RuntimeError(f"{c} on {topic} failed: {error[-300:]}")
+                    if i == 0:
+                        rows[c].offsets_identical = verdict["offsets_identical"]
+                        rows[c].batches_identical = verdict["batches_identical"]
+                        rows[c].complete = verdict["complete"]
+                        rows[c].dest_batches = verdict["dest_batches"]
+                        rows[c].dest_codecs = verdict["dest_codecs"]
+                    walls[c] = m.wall_s
+                    runs[c].append(
+                        {
+                            "wall_s": m.wall_s,
+                            "cpu_s": m.cpu_s,
+                            "user_s": m.user_s,
+                            "sys_s": m.sys_s,
+                            "peak_rss_mb": m.peak_rss_mb,
+                            "dest_broker_cpu_s": dest_cpu,
+                            "source_broker_cpu_s": src_cpu,
+                        }
+                    )
+                # records/s ratio = the inverse of the wall times' ratio (same records)
+                rounds.append(
+                    {
+                        "first": order[0],
+                        "ratio": walls[second] / walls[first],
+                        "cpu_ratio": runs[first][-1]["cpu_s"] / runs[second][-1]["cpu_s"],
+                        "dest_cpu_s": {c: runs[c][-1]["dest_broker_cpu_s"] for c in order},
+                    }
+                )
+                self.log(f"  round {i + 1}: {first}/{second} records/s {rounds[-1]['ratio']:.3f}")
+        except RuntimeError as e:
+            self.log(f"  {e}")
+        finally:
+            for d in dests:
+                self.stop_broker(d)
+        for c in (first, second):
+            self._summarise(rows[c], runs[c], [])
+            self.rows.append(rows[c])
+        ratios_: list[float] = sorted(r["ratio"] for r in rounds)
+        out: dict[str, Any] = {"topic": topic, "codec": codec, "rounds": rounds}
+        if ratios_:
+            out["median_ratio"] = round(ratios_[len(ratios_) // 2], 3)
+            out["geomean_ratio"] = round(math.exp(sum(map(math.log, ratios_)) / len(ratios_)), 3)
+            cpu: list[float] = sorted(r["cpu_ratio"] for r in rounds)
+            out["median_cpu_ratio"] = round(cpu[len(cpu) // 2], 3)
+            self.log(
+                f"  {topic}: {first}/{second} records/s median {out['median_ratio']}, "
+                f"geometric mean {out['geomean_ratio']}; CPU per record {out['median_cpu_ratio']}"
+            )
+        return out
 
     # -- experiments -----------------------------------------------------------------------
 
@@ -957,6 +1059,11 @@ class Bench:
                     self.s.seed + i,
                 )
             )
+        if self.s.paired:
+            self.pairs = [
+                self.measure_paired(t["topic"], t["codec"], t["partitions"]) for t in topics
+            ]
+            return topics
         fixed = self.fixed_costs()
         for t in topics:
             for c in self.s.contenders:
@@ -1351,6 +1458,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             experiments=experiments,
             kafka_version=args.kafka_version,
             smoke=True,
+            paired=args.paired,
         )
     return Settings(
         size_mb=args.size_mb or 300,
@@ -1372,6 +1480,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         producer_batch_bytes=args.producer_batch_bytes,
         record_bytes=args.record_bytes,
         warm_dest=args.warm_dest,
+        paired=args.paired,
     )
 
 
@@ -1412,6 +1521,8 @@ def run(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
         doc["digest"] = digest_bench(s.smoke)
     doc["rows"] = [asdict(r) for r in bench.rows]
     doc["ratios"] = ratios(bench.rows)
+    if s.paired:
+        doc["paired"] = bench.pairs
     doc["failed"] = [f"{r.contender} {r.topic} {r.variant}".strip() for r in bench.rows if r.code]
     return doc
 
@@ -1497,12 +1608,21 @@ def main(argv: list[str] | None = None) -> int:
         "before each) instead of a fresh one per copy; with --pin-cpus the warm brokers keep "
         "to their core and the contender's own CPU decides its speed (--broker kafka only)",
     )
+    ap.add_argument(
+        "--paired",
+        action="store_true",
+        help="main with two --contenders in rounds (--repeat of them): each round copies with "
+        "both, each into a warm destination broker of its own, brokers and order swapped "
+        "between rounds; the ratio of records/s is taken per round (--broker kafka only)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
     ap.add_argument("--json", dest="json_path", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the result tables as Markdown here")
     args = ap.parse_args(argv)
     cache_bytecode()
     s = settings_from(args)
+    if args.paired and (args.broker != "kafka" or len(s.contenders) != 2):
+        ap.error("--paired needs --broker kafka and two --contenders")
     if args.warm_dest and args.broker != "kafka":
         ap.error("--warm-dest needs --broker kafka (it deletes and creates the topic again)")
     if args.pin_cpus:
