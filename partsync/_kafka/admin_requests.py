@@ -23,6 +23,7 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _SET = 0  # IncrementalAlterConfigs' operation: set the value
 GROUP_RESOURCE = 32
+_DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs' config source of a topic's own setting
 
 
 class AdminRequests:
@@ -137,7 +138,7 @@ class AdminRequests:
                         out[int(p.partition_index)] = int(p.partition_size)
         return out
 
-    def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
+    def _topic_config_entries(self, topic: str) -> list[Any]:
         R = DescribeConfigsRequest.DescribeConfigsResource
         req = DescribeConfigsRequest(
             resources=[
@@ -145,13 +146,23 @@ class AdminRequests:
             ],
             include_synonyms=False,
         )
-        resp = self.call("DescribeConfigs", req)
-        out: dict[str, str | None] = {}
-        for r in resp.results:
+        out = []
+        for r in self.call("DescribeConfigs", req).results:
             raise_for_code(r.error_code, "DescribeConfigs", cluster=self.cluster, topic=topic)
-            for c in r.configs:
-                out[c.name] = c.value
+            out.extend(r.configs)
         return out
+
+    def describe_topic_configs(self, topic: str) -> dict[str, str | None]:
+        return {c.name: c.value for c in self._topic_config_entries(topic)}
+
+    def describe_topic_overrides(self, topic: str) -> dict[str, str]:
+        """The configs set on ``topic`` itself (DescribeConfigs v1+: config source
+        DYNAMIC_TOPIC_CONFIG), not the broker's defaults it inherits."""
+        return {
+            c.name: c.value
+            for c in self._topic_config_entries(topic)
+            if getattr(c, "config_source", -1) == _DYNAMIC_TOPIC_CONFIG and c.value is not None
+        }
 
     def describe_topics_configs(
         self, topics: list[str]

@@ -19,6 +19,7 @@ __all__ = [
     "live_groups",
     "open_transactional_ids",
     "topic_bytes",
+    "topic_overrides",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,3 +137,8 @@ def auto_create_topics(cluster: Cluster) -> bool | None:
     )
     value = None if code else cfg.get(_AUTO_CREATE)
     return None if value is None else value.lower() == "true"
+
+
+def topic_overrides(cluster: Cluster, topic: str) -> dict[str, str]:
+    """The configs set on ``topic`` itself (not the broker defaults it inherits)."""
+    return cluster.ask(lambda c: c.describe_topic_overrides(topic))

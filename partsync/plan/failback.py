@@ -32,7 +32,9 @@ __all__ = [
     "PartitionFailback",
     "TxnEvent",
     "classify",
+    "orphan_markers",
     "topic_action",
+    "transaction_starts",
     "transaction_states",
 ]
 
@@ -103,13 +105,14 @@ def classify(
         why = f"the old primary holds offsets {at}..{old.end - 1} the new primary does not"
         return PartitionFailback(partition, old, new, at, why)
     if old.end < new.log_start and old.end > old.log_start:
-        # Nothing both hold to compare: the new primary's retention removed what the old one
-        # still has. It cannot be appended to (its end is below the new log start).
+        # Nothing both hold to compare (the new primary's retention removed what the old one
+        # still has), and it cannot be appended to (its end is below the new log start): all
+        # of it is exported, since whether the new primary ever held it cannot be told.
         why = (
             f"the old copy ends at {old.end}, before the new primary's log start "
-            f"{new.log_start}: nothing to export, created again"
+            f"{new.log_start}: nothing to compare, all of it exported"
         )
-        return PartitionFailback(partition, old, new, old.end, why)
+        return PartitionFailback(partition, old, new, old.log_start, why)
     if old.end == new.end:
         return PartitionFailback(partition, old, new, None, "identical")
     return PartitionFailback(
@@ -160,6 +163,45 @@ def transaction_states(events: Iterable[TxnEvent]) -> dict[int, str]:
     return out
 
 
+def orphan_markers(events: Iterable[TxnEvent]) -> set[int]:
+    """Producers whose first event in ``events`` is a marker: their transaction began before
+    the range (its data below it). Past a divergence point that is a transaction the new
+    primary holds the data of but not its end (promote aborted it there): the export takes
+    its data too, with the old primary's outcome."""
+    seen: set[int] = set()
+    out: set[int] = set()
+    for e in events:
+        if e.producer_id in seen:
+            continue
+        seen.add(e.producer_id)
+        if e.marker is not None:
+            out.add(e.producer_id)
+    return out
+
+
+def transaction_starts(
+    events: Iterable[TxnEvent], producers: set[int], *, from_log_start: bool
+) -> tuple[dict[int, int], set[int]]:
+    """Where each of ``producers``' transaction open at the end of ``events`` (a window of the
+    log just below a divergence point) began: its first data batch after the producer's last
+    marker in the window. A producer with no marker in the window is resolved only when the
+    window starts at the log start (else its transaction may have begun below: the caller
+    widens the window). Returns (producer -> first offset, the unresolved)."""
+    first: dict[int, int | None] = {}
+    ended: set[int] = set()
+    for e in events:
+        if e.producer_id not in producers:
+            continue
+        if e.marker is not None:
+            first[e.producer_id] = None  # what came before is ended: start after it
+            ended.add(e.producer_id)
+        elif e.transactional and first.get(e.producer_id) is None:
+            first[e.producer_id] = e.base_offset
+    starts = {p: o for p, o in first.items() if o is not None}
+    unresolved = set() if from_log_start else {p for p in producers if p not in ended}
+    return {p: o for p, o in starts.items() if p not in unresolved}, unresolved
+
+
 @dataclass
 class ExportCount:
     """What one partition's export holds."""
@@ -168,9 +210,21 @@ class ExportCount:
     markers: int = 0
     bytes: int = 0  # of the batches as the old primary stores them
     states: dict[str, int] = field(default_factory=dict)  # transaction state -> records
+    # Records below the divergence point in the export: a transaction's data whose marker
+    # lies past it (the new primary holds them, aborted by promote).
+    straddling: int = 0
 
-    def add(self, records: int, size: int, state: str | None, marker: bool = False) -> None:
+    def add(
+        self,
+        records: int,
+        size: int,
+        state: str | None,
+        marker: bool = False,
+        straddling: bool = False,
+    ) -> None:
         self.bytes += size
+        if straddling:
+            self.straddling += records
         if marker:
             self.markers += records
             return
@@ -184,6 +238,7 @@ class ExportCount:
             "markers": self.markers,
             "bytes": self.bytes,
             "transactions": dict(sorted(self.states.items())),
+            "straddling": self.straddling,
         }
 
     @classmethod
@@ -195,4 +250,5 @@ class ExportCount:
             int(str(d.get("markers", 0))),
             int(str(d.get("bytes", 0))),
             {str(k): int(v) for k, v in states.items()},
+            int(str(d.get("straddling", 0))),
         )

@@ -100,6 +100,8 @@ class TopicFailback:
     # What was done: "planned" (dry run), "exported", "recreated", "mirrored".
     done: str = "planned"
     error: str | None = None
+    # When the new primary was promoted (names this failback in its export).
+    promoted_ms: int = 0
 
     @property
     def action(self) -> Action:
@@ -160,6 +162,7 @@ class FailbackReport:
             "exported_records": self.exported_records,
             "export": dict(self.export),
             "failed": dict(self.failed),
+            "unsafe": list(self.unsafe),
             "promotions_cleared": list(self.promotions_cleared),
             "reseed": None if self.reseed is None else self.reseed.to_dict(),
             "warnings": list(self.warnings),

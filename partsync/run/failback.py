@@ -34,11 +34,18 @@ from dataclasses import dataclass
 from partsync.errors import PartsyncError, TopicError, UnsafeError, UsageError
 from partsync.io.cluster import Cluster
 from partsync.io.link_records import forget_promotions, read_promotions
-from partsync.io.old_primary import delete_topic, live_groups, open_transactional_ids, topic_bytes
+from partsync.io.old_primary import (
+    delete_topic,
+    live_groups,
+    open_transactional_ids,
+    topic_bytes,
+    topic_overrides,
+)
 from partsync.io.pool import ClusterPool
 from partsync.plan.diff_model import DiffOptions, DiffStatus
 from partsync.plan.failback import Action, classify
 from partsync.plan.failback_report import FailbackReport, InUse, TopicFailback
+from partsync.plan.promotion import Promotion
 from partsync.run.diff import diff_partition
 from partsync.run.failback_export import ExportTarget, ensure_export_topic, export_partition
 from partsync.run.planner import SyncRequest
@@ -85,15 +92,18 @@ def failback(
     if fopts.export.directory is not None:
         export["directory"] = str(fopts.export.directory)
     report = FailbackReport(old.name, new.name, fopts.dry_run, export=export)
-    topics = _check_direction(req.topics, old, new, report)
-    report.in_use = _in_use(old, topics, fopts)
+    promoted = _check_direction(req.topics, old, new, report)
+    report.in_use = _in_use(old, list(promoted), fopts)
     if report.in_use.in_use:
         return report
-    for topic in topics:
+    for topic, promotion in promoted.items():
         try:
-            report.topics.append(_plan_topic(req, pool, topic))
+            tf = _plan_topic(req, pool, topic)
         except PartsyncError as e:
             report.failed[topic] = str(e)
+            continue
+        tf.promoted_ms = promotion.at_ms
+        report.topics.append(tf)
     todo = [t for t in report.topics if t.error is None]
     if fopts.dry_run:
         for tf in todo:
@@ -121,24 +131,36 @@ def failback(
     if done:
         reseed = dataclasses.replace(req, topics=tuple(done), create_missing=True)
         report.reseed = run_sync(reseed, pool, opts=opts, use_group=False, retries=retries)
+        behind = {
+            p.topic
+            for p in report.reseed.all_partitions()
+            if p.status.value not in ("in-sync", "synced")
+        }
         for tf in todo:
-            if tf.error is None and tf.done != "recreated":
+            if tf.error is None and tf.topic not in behind:
                 tf.done = "mirrored"
+            elif tf.error is None:
+                report.warnings.append(
+                    f"topic {tf.topic}: {tf.done}, not yet mirrored to the end (see reseed): "
+                    "run failback, or the reversed link's sync, again"
+                )
     return report
 
 
 def _check_direction(
     topics: Sequence[str], old: Cluster, new: Cluster, report: FailbackReport
-) -> list[str]:
+) -> dict[str, Promotion]:
     """The topics the new primary promoted, and the old one did not promote after it."""
-    promoted = read_promotions(new)
-    if promoted is None:
-        raise UsageError(
-            f"cluster {new.name}: not authorized to describe topic partsync.promotions, where "
-            "promote recorded the topics it made primaries: failback checks it first"
-        )
-    mine = read_promotions(old) or {}
-    ok = []
+    promoted, mine = read_promotions(new), read_promotions(old)
+    for cluster, held in ((new, promoted), (old, mine)):
+        if held is None:
+            raise UsageError(
+                f"cluster {cluster.name}: not authorized to describe topic partsync.promotions, "
+                "where promote recorded the topics it made primaries: failback checks it first "
+                "on both clusters (it deletes data on the old primary)"
+            )
+    assert promoted is not None and mine is not None
+    ok = {}
     for t in topics:
         p = promoted.get(t)
         if p is None:
@@ -153,7 +175,13 @@ def _check_direction(
                 f"(--sources {old.name} --local {new.name})"
             )
         else:
-            ok.append(t)
+            ok[t] = p
+            sources = {s for point in p.partitions for s in point.sources}
+            if sources and old.name not in sources:
+                report.warnings.append(
+                    f"topic {t} was promoted on {new.name} from {', '.join(sorted(sources))}, "
+                    f"not from {old.name}: make sure {old.name} is the old primary"
+                )
     return ok
 
 
@@ -237,7 +265,15 @@ def _count(old: Cluster, new: Cluster, tf: TopicFailback, fopts: FailbackOptions
         rng = p.export_range
         if rng is not None and p.diverged_at is not None:
             tf.exported[p.partition] = export_partition(
-                old, new, tf.topic, p.partition, rng, p.diverged_at, fopts.export, dry_run=True
+                old,
+                new,
+                tf.topic,
+                p.partition,
+                rng,
+                p.diverged_at,
+                fopts.export,
+                promoted_ms=tf.promoted_ms,
+                dry_run=True,
             )
     if tf.action is not Action.MIRROR:
         tf.copy_again_bytes = topic_bytes(new, tf.topic, [p.partition for p in tf.partitions])
@@ -249,55 +285,74 @@ def _export(old: Cluster, new: Cluster, tf: TopicFailback, target: ExportTarget)
         return
     name = target.topic_for(tf.topic)
     if name is not None:
-        ensure_export_topic(new, name, len(tf.partitions))
+        limit = old.all_topic_configs(tf.topic).get("max.message.bytes")
+        ensure_export_topic(new, name, len(tf.partitions), int(limit) if limit else None)
     for p in tails:
         rng = p.export_range
         assert rng is not None and p.diverged_at is not None
         tf.exported[p.partition] = export_partition(
-            old, new, tf.topic, p.partition, rng, p.diverged_at, target
+            old, new, tf.topic, p.partition, rng, p.diverged_at, target, promoted_ms=tf.promoted_ms
         )
     tf.done = "exported"
 
 
-def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
-    """Delete the topic and create it again at once with its partitions, replication factor and
-    settings (identity, retention and timestamp configs), then check them: until it exists again, a client of the old primary could auto-create it
-    (``auto.create.topics.enable``) with the broker's defaults."""
-    topic = tf.topic
-    parts = [p.partition for p in tf.partitions]
-    open_ = _settle(old, {topic: parts}, settle_s)
-    if open_:
-        raise UnsafeError(
-            "transactions are still open on the old primary ("
-            + ", ".join(f"{tp} at {lso}, end {end}" for tp, (lso, end) in sorted(open_.items()))
-            + "): not deleted",
-            cluster=old.name,
-            topic=topic,
-        )
-    ends_now = old.log_ends(topic, parts)
+def _moved(old: Cluster, tf: TopicFailback, parts: list[int]) -> None:
+    """Refuse (unsafe) if the old primary was written since it was compared and exported:
+    those records would be deleted unexported."""
+    ends_now = old.log_ends(tf.topic, parts)
     moved = {
-        p.partition: (p.old.end, ends_now[p.partition])
+        str(p.partition): (p.old.end, ends_now[p.partition])
         for p in tf.partitions
         if p.old is not None and ends_now[p.partition] != p.old.end
     }
-    if moved:
-        raise UnsafeError(
-            "written since it was compared and exported (partition: end then -> now: "
-            + ", ".join(f"{p}: {a} -> {b}" for p, (a, b) in sorted(moved.items()))
-            + "): not deleted; stop its producers and run failback again",
-            cluster=old.name,
-            topic=topic,
-        )
+    _refuse(
+        old,
+        tf.topic,
+        moved,
+        "written since it was compared and exported (partition: end then -> now: ",
+        "{tp}: {a} -> {b}",
+        "): not deleted; stop its producers and run failback again",
+    )
+
+
+def _refuse(
+    old: Cluster, topic: str, seen: dict[str, tuple[int, int]], head: str, each: str, tail: str
+) -> None:
+    """Raise (unsafe, nothing deleted) naming what was ``seen`` per partition, if anything."""
+    if seen:
+        items = ", ".join(each.format(tp=k, a=a, b=b) for k, (a, b) in sorted(seen.items()))
+        raise UnsafeError(head + items + tail, cluster=old.name, topic=topic)
+
+
+def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
+    """Delete the topic and create it again at once with its partitions, replication factor and
+    the configs set on it, then check them: until it exists again, a client of the old primary
+    could auto-create it (``auto.create.topics.enable``) with the broker's defaults. The ends
+    are compared with what was exported right before DeleteTopics; a record a producer writes
+    in the moment between the two is not seen (no client can block a topic's writes on a
+    cluster without an authorizer)."""
+    topic = tf.topic
+    parts = [p.partition for p in tf.partitions]
+    _refuse(
+        old,
+        topic,
+        _settle(old, {topic: parts}, settle_s),
+        "transactions are still open on the old primary (",
+        "{tp} at {a}, end {b}",
+        "): not deleted",
+    )
     info = old.topic(topic, refresh=True)
     replication = info.replication if info is not None and info.replication else -1
-    configs, warnings = old.topic_configs(topic)
-    for w in warnings:
-        log.warning("%s", w)
+    configs = topic_overrides(old, topic)
+    _moved(old, tf, parts)
     log.warning("deleting topic %s on %s to create it again as a mirror", topic, old.name)
     delete_topic(old, topic)
     old.create_topic(topic, len(parts), dict(configs), replication)
-    now, _ = old.topic_configs(topic)
-    differ = {k: (v, now.get(k)) for k, v in configs.items() if now.get(k) != v}
+    now = topic_overrides(old, topic)
+    differ: dict[str, tuple[str | None, str | None]] = {
+        k: (v, now.get(k)) for k, v in configs.items() if now.get(k) != v
+    }
+    differ.update({k: (None, v) for k, v in now.items() if k not in configs})
     ends = old.bounds(topic, parts)
     written = {p: b.end for p, b in ends.items() if b.end}
     if differ or written:

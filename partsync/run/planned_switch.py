@@ -47,13 +47,13 @@ def in_sync_problems(req: SyncRequest, pool: ClusterPool) -> dict[str, tuple[int
     local = pool.get(req.local)
     out = {}
     for topic in req.topics:
-        info = local.topic(topic, refresh=True)
-        if info is None:
-            continue
-        parts = list(range(info.partitions))
-        mine = {p: b.end for p, b in local.bounds(topic, parts).items()}
         for ref in req.sources:
             source = pool.get(ref)
+            info = source.topic(topic, refresh=True)
+            if info is None:
+                continue
+            parts = list(range(info.partitions))
+            mine = {p: b.end for p, b in local.bounds(topic, parts).items()}
             for p, b in source.bounds(topic, parts).items():
                 lso = source.last_stable_offset(topic, p)
                 if b.end != mine[p] or lso != b.end:
@@ -108,7 +108,7 @@ def wait_in_sync(
                     for k, (mine, end, lso) in sorted(off.items())
                 ]
         except PartsyncError as e:
-            problems = [f"a source did not answer: {e}"]
+            problems = [f"not known to be in sync: {e}"]
         if time.monotonic() >= deadline:
             return problems
         catch_up()

@@ -134,6 +134,8 @@ def _render(report: Any) -> None:
         say(report.in_use.refusal(report.old))
         for what in report.in_use.to_dict()["not_visible"]:
             say(f"not visible to any API: {what}")
+        for topic, why in report.failed.items():
+            say(f"topic {topic}: not failed back: {why}")
         return
     table = WordTable(
         "topic", "partition", "action", "diverged at", "exported", "discarded", "copy again"

@@ -5,8 +5,8 @@ Two forms, so that nothing the old primary held beyond the new one is lost:
 
 - records for a topic on the new primary: each record's key, value, headers and timestamp as
   the old primary held them, plus a header ``partsync.failback`` naming where it came from
-  (cluster, topic, partition, offset, the divergence point of that failback, its transaction
-  state). A rerun reads the export partition's last record's origin to resume after it;
+  (cluster, topic, partition, offset, the divergence point of that failback and when the new
+  primary was promoted, its transaction state). A rerun reads the export partition's last record's origin to resume after it;
 - JSON lines a person can read and replay: one object per record, markers included, bytes as
   UTF-8 text where they decode and ``{"base64": ...}`` where they do not.
 """
@@ -48,14 +48,18 @@ class Origin:
     offset: int
     diverged_at: int
     transaction: str | None = None
+    # When the new primary was promoted: tells this failback from an earlier one of the same
+    # partition that diverged at the same offset (a later cycle of failover and failback).
+    promoted_ms: int = 0
 
     def same_export(self, other: Origin) -> bool:
         """Whether ``other`` came from the same failback of the same partition."""
-        return (self.cluster, self.topic, self.partition, self.diverged_at) == (
+        return (self.cluster, self.topic, self.partition, self.diverged_at, self.promoted_ms) == (
             other.cluster,
             other.topic,
             other.partition,
             other.diverged_at,
+            other.promoted_ms,
         )
 
     def to_bytes(self) -> bytes:
@@ -66,6 +70,7 @@ class Origin:
             "offset": self.offset,
             "diverged_at": self.diverged_at,
             "transaction": self.transaction,
+            "promoted_ms": self.promoted_ms,
         }
         return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -82,6 +87,7 @@ class Origin:
                 int(d["offset"]),
                 int(d["diverged_at"]),
                 None if txn is None else str(txn),
+                int(d.get("promoted_ms", 0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None

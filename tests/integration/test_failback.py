@@ -197,7 +197,7 @@ def test_the_export_marks_committed_and_aborted_transactions(
     assert r.code == 0, r.stdout + r.stderr
     (t,) = r.json["topics"]
     (part,) = t["partitions"]
-    assert (t["done"], part["diverged_at"]) == ("recreated", 10), t
+    assert (t["action"], t["done"], part["diverged_at"]) == ("recreate", "mirrored", 10), t
     assert part["exported"]["transactions"] == {"aborted": 1, "committed": 2, "none": 2}
     assert part["exported"]["markers"] == 2
     docs = [json.loads(x) for x in (out / topic / "0.jsonl").read_text().splitlines()]
@@ -221,6 +221,56 @@ def test_the_export_marks_committed_and_aborted_transactions(
         (13, "aborted"),
         (15, None),
         (16, None),
+    ]
+    assert_partitions_identical(link.b, link.a, topic, 1)
+
+
+def test_a_transaction_promote_aborted_that_the_old_primary_committed_is_exported(
+    link: Link, topic: str, tmp_path: Path
+) -> None:
+    """A transaction open on A when B was promoted: B holds its data, aborted by promote. A
+    commits it afterwards: the records differ only from the marker on, yet the committed data
+    below it is exported too (its marker lies past the divergence point), marked committed."""
+    create_topic(link.a, topic, 1)
+    produce(link.a, topic, records(5, seed=1), partition=0)
+    p = _txn_producer(link.a, f"straddle-{topic}")
+    try:
+        _in_txn(p, topic, [b"s1", b"s2", b"s3"], commit=None)
+        r = link.run(
+            "promote",
+            "--topic",
+            topic,
+            "--sources",
+            "a",
+            "--create-missing",
+            "--no-group",
+            "--json",
+        )
+        assert r.code == 0, r.stdout + r.stderr
+        assert r.json["promoted"][0]["partitions"][0]["aborted"] == 3
+        p.commit_transaction(15)
+    finally:
+        close = getattr(p, "close", None)
+        if close is not None:
+            close()
+    out = tmp_path / "x"
+    r = _failback(link, topic, "--export-dir", str(out), "--export-topic", "{topic}.fb")
+    assert r.code == 0, r.stdout + r.stderr
+    (part,) = r.json["topics"][0]["partitions"]
+    assert part["diverged_at"] == 8, part
+    assert part["exported"]["straddling"] == 3 and part["exported"]["markers"] == 1, part
+    assert part["exported"]["transactions"] == {"committed": 3}, part
+    docs = [json.loads(x) for x in (out / topic / "0.jsonl").read_text().splitlines()]
+    assert [(d["offset"], d.get("transaction"), d.get("marker")) for d in docs] == [
+        (5, "committed", None),
+        (6, "committed", None),
+        (7, "committed", None),
+        (8, None, "commit"),
+    ]
+    assert [(o, v) for o, v in _exported(link, f"{topic}.fb", 0)] == [
+        (5, b"s1"),
+        (6, b"s2"),
+        (7, b"s3"),
     ]
     assert_partitions_identical(link.b, link.a, topic, 1)
 

@@ -13,7 +13,9 @@ from partsync.plan.failback import (
     ExportCount,
     TxnEvent,
     classify,
+    orphan_markers,
     topic_action,
+    transaction_starts,
     transaction_states,
 )
 from partsync.plan.failback_report import InUse
@@ -34,7 +36,8 @@ B = Bounds
         (B(0, 120), B(0, 130), 90, Action.RECREATE, 90, (90, 120), 120),  # records differ
         (B(10, 120), B(0, 100), 95, Action.RECREATE, 95, (95, 120), 110),
         (B(150, 160), B(0, 100), None, Action.RECREATE, 150, (150, 160), 10),  # all beyond
-        (B(0, 30), B(50, 100), None, Action.RECREATE, 30, None, 30),  # below the new start
+        # Below the new log start: nothing to compare, all of it exported.
+        (B(0, 30), B(50, 100), None, Action.RECREATE, 0, (0, 30), 30),
         (None, B(0, 100), None, Action.CREATE, None, None, 0),
     ],
 )
@@ -94,6 +97,62 @@ def test_transaction_states(events: list[TxnEvent], states: dict[int, str]) -> N
     assert transaction_states(events) == states
 
 
+def test_a_marker_past_the_divergence_point_names_a_transaction_begun_below_it() -> None:
+    tail = [
+        TxnEvent(100, 7, False, "commit"),  # 7's transaction began below 100
+        TxnEvent(101, 8, True),
+        TxnEvent(102, 8, False, "abort"),  # 8's began in the tail
+        TxnEvent(103, 9, False),
+        TxnEvent(104, 9, False, "abort"),  # 9's first event in the tail is data
+    ]
+    assert orphan_markers(tail) == {7}
+
+
+@pytest.mark.parametrize(
+    ("window", "pids", "from_log_start", "starts", "unresolved"),
+    [
+        # 7's last marker at 50, its transaction's data from 60 on.
+        (
+            [
+                TxnEvent(40, 7, True),
+                TxnEvent(50, 7, False, "commit"),
+                TxnEvent(60, 7, True),
+                TxnEvent(70, 7, True),
+            ],
+            {7},
+            False,
+            {7: 60},
+            set(),
+        ),
+        # No marker of 7 in the window: it may have begun below; widen it.
+        ([TxnEvent(60, 7, True)], {7}, False, {}, {7}),
+        # ... unless the window starts at the log start.
+        ([TxnEvent(60, 7, True)], {7}, True, {7: 60}, set()),
+        # Other producers' batches and non-transactional ones do not count.
+        (
+            [
+                TxnEvent(50, 7, False, "abort"),
+                TxnEvent(55, 8, True),
+                TxnEvent(58, 7, False),
+                TxnEvent(61, 7, True),
+            ],
+            {7},
+            False,
+            {7: 61},
+            set(),
+        ),
+    ],
+)
+def test_transaction_starts(
+    window: list[TxnEvent],
+    pids: set[int],
+    from_log_start: bool,
+    starts: dict[int, int],
+    unresolved: set[int],
+) -> None:
+    assert transaction_starts(window, pids, from_log_start=from_log_start) == (starts, unresolved)
+
+
 def test_export_count_adds_records_by_state_and_round_trips() -> None:
     c = ExportCount()
     c.add(3, 100, None)
@@ -104,6 +163,7 @@ def test_export_count_adds_records_by_state_and_round_trips() -> None:
         "markers": 1,
         "bytes": 250,
         "transactions": {"committed": 2, "none": 3},
+        "straddling": 0,
     }
     assert ExportCount.from_dict(c.to_dict()) == c
 
@@ -114,7 +174,7 @@ def test_an_export_batch_holds_the_records_as_they_were_and_their_origin() -> No
         Record(41, 1_700_000_000_000, None, b"\xff\x00"),  # an older timestamp, binary value
         Record(43, 1_700_000_000_900, b"k3", None),  # a tombstone (42 was compacted away)
     ]
-    origins = [Origin("dc1", "orders", 2, r.offset, 40, "committed") for r in recs]
+    origins = [Origin("dc1", "orders", 2, r.offset, 40, "committed", 1_700_000_000) for r in recs]
     data = export_batch(list(zip(recs, origins, strict=True)))
     batch = Batch.parse(memoryview(data))
     assert batch.crc_ok and batch.producer_id == -1 and batch.record_count == 3
@@ -129,7 +189,7 @@ def test_an_export_batch_holds_the_records_as_they_were_and_their_origin() -> No
     # Golden: the origin header's bytes are part of the contract a rerun resumes from.
     assert got[0].headers[-1][1] == (
         b'{"cluster":"dc1","topic":"orders","partition":2,"offset":40,"diverged_at":40,'
-        b'"transaction":"committed"}'
+        b'"transaction":"committed","promoted_ms":1700000000}'
     )
 
 
@@ -139,6 +199,8 @@ def test_origins_of_another_failback_do_not_resume_this_one() -> None:
     assert not mine.same_export(Origin("dc1", "orders", 0, 150, 90))  # an earlier failback
     assert not mine.same_export(Origin("dc1", "orders", 1, 150, 100))
     assert not mine.same_export(Origin("dc2", "orders", 0, 150, 100))
+    # A later cycle that diverged at the same offset: another promotion.
+    assert not mine.same_export(Origin("dc1", "orders", 0, 150, 100, promoted_ms=5))
     assert Origin.from_bytes(b"not json") is None
     assert Origin.of([("other", b"{}")]) is None
 
