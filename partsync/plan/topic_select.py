@@ -46,10 +46,14 @@ class TopicSelection:
         return ",".join(parts)
 
 
-def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[str]]) -> list[str]:
+def select_topics(
+    selection: TopicSelection,
+    on_sources: Mapping[str, Sequence[str]],
+    own: AbstractSet[str] = PARTSYNC_RECORDS,
+) -> list[str]:
     """The topics to copy, in order: the named ones as given, then the pattern matches on any
-    source (sorted); internal topics (``__`` prefix) only when named. Raises ``TopicError`` when
-    nothing is left."""
+    source (sorted); internal topics (``__`` prefix) and partsync's ``own`` record topics only
+    when named. Raises ``TopicError`` when nothing is left."""
     named = list(dict.fromkeys(selection.named))
     matched = sorted(
         {
@@ -57,7 +61,7 @@ def select_topics(selection: TopicSelection, on_sources: Mapping[str, Sequence[s
             for topics in on_sources.values()
             for t in topics
             if not t.startswith("__")
-            and t not in PARTSYNC_RECORDS
+            and t not in own
             and t not in named
             and any(p.fullmatch(t) for p in selection.patterns)
         }
@@ -88,14 +92,17 @@ def compile_patterns(values: Sequence[str], option: str) -> tuple[re.Pattern[str
 
 
 def appeared(
-    selection: TopicSelection, on_sources: Mapping[str, Sequence[str]], known: AbstractSet[str]
+    selection: TopicSelection,
+    on_sources: Mapping[str, Sequence[str]],
+    known: AbstractSet[str],
+    own: AbstractSet[str] = PARTSYNC_RECORDS,
 ) -> list[str]:
     """A follower's topic check: the topics that match ``selection`` on the sources now and are
     not ``known`` to the job yet (in ``select_topics``' order; none while nothing matches)."""
     if not selection.by_pattern or not on_sources:
         return []
     try:
-        chosen = select_topics(selection, on_sources)
+        chosen = select_topics(selection, on_sources, own)
     except TopicError:
         return []
     return [t for t in chosen if t not in known]

@@ -105,7 +105,7 @@ def _gone(req: SyncRequest, pool: ClusterPool) -> list[str]:
     if sel is None:
         return []
     try:
-        mirrored = select_topics(sel, {req.local.name: local})
+        mirrored = select_topics(sel, {req.local.name: local}, req.own_records)
     except TopicError:
         return []
     held: set[str] = set()

@@ -303,7 +303,7 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
             error = e
     if not listed and error is not None:
         raise error
-    return dataclasses.replace(req, topics=tuple(select_topics(sel, listed)))
+    return dataclasses.replace(req, topics=tuple(select_topics(sel, listed, req.own_records)))
 
 
 # A replayed transaction the local coordinator aborted, or is aborting (its timeout, or a

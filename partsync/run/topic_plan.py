@@ -18,7 +18,7 @@ from partsync.plan.comparator import Condition, PartitionPlan, PlanPolicy
 from partsync.plan.results import PartitionResult, Status, TopicResult
 from partsync.plan.topic_configs import ConfigPolicy
 from partsync.plan.topic_rules import LocalTopicRules
-from partsync.plan.topic_select import TopicSelection
+from partsync.plan.topic_select import PARTSYNC_RECORDS, TopicSelection
 
 __all__ = [
     "SyncRequest",
@@ -52,6 +52,12 @@ class SyncRequest:
     config_policy: ConfigPolicy = ConfigPolicy()
     # --sync-acls / --read-only: the mirrors' ACLs (``run.acl_sync``).
     acls: AclOptions = AclOptions()
+
+    @property
+    def own_records(self) -> frozenset[str]:
+        """partsync's record topics, which a pattern never selects (the ACL record's name may
+        be configured)."""
+        return PARTSYNC_RECORDS | {self.acls.record_topic}
 
     @property
     def job_topics(self) -> tuple[str, ...]:

@@ -227,7 +227,7 @@ class TopicWatch:
                 listed[ref.name] = pool.get(ref).list_topics()
             except PartsyncError as e:
                 log.debug("topic check: listing source %s's topics: %s", ref.name, e)
-        for topic in appeared(sel, listed, self.known):
+        for topic in appeared(sel, listed, self.known, self.req.own_records):
             self.known.add(topic)
             on = ", ".join(name for name, topics in listed.items() if topic in topics)
             log.warning("topic %s appeared on %s and matches the job's patterns", topic, on)

@@ -8,6 +8,7 @@ import pytest
 
 from partsync.errors import TopicError, UsageError
 from partsync.plan.topic_select import (
+    PARTSYNC_RECORDS,
     TopicSelection,
     appeared,
     compile_patterns,
@@ -43,6 +44,12 @@ def test_partsyncs_own_records_are_never_matched_by_a_pattern() -> None:
     on = {"a": ["orders", "partsync.promotions", "partsync.acls", "partsync.source-ends"]}
     assert select_topics(_sel(pats=(".*",)), on) == ["orders"]
     assert select_topics(_sel(pats=("partsync\\..*",), named=("orders",)), on) == ["orders"]
+    # A configured ACL record topic ([acls] record_topic) is partsync's own too.
+    own = PARTSYNC_RECORDS | {"ops.acl-record"}
+    assert select_topics(_sel(pats=(".*",)), {"a": ["orders", "ops.acl-record"]}, own) == ["orders"]
+    assert appeared(_sel(pats=(".*",)), {"a": ["ops.acl-record", "new"]}, {"orders"}, own) == [
+        "new"
+    ]
 
 
 def test_internal_topics_only_when_named() -> None:
