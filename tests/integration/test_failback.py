@@ -225,6 +225,7 @@ def test_the_export_marks_committed_and_aborted_transactions(
     assert_partitions_identical(link.b, link.a, topic, 1)
 
 
+@pytest.mark.kafka_versions  # transactions: Kafka 4's coordinator (transaction version 2), 3.9's
 def test_a_transaction_promote_aborted_that_the_old_primary_committed_is_exported(
     link: Link, topic: str, tmp_path: Path
 ) -> None:
@@ -360,6 +361,7 @@ def _exported(link: Link, name: str, partition: int) -> list[tuple[int, bytes | 
 
 
 @pytest.mark.faults
+@pytest.mark.kafka_versions  # group protocols, topic deletion, transactions: Kafka 3.9 and 4
 def test_failover_failback_and_a_planned_switch_back_lose_nothing(
     link: Link, topic: str, tmp_path: Path
 ) -> None:
