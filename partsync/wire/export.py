@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partsync.wire.batch import client_header, seal
-from partsync.wire.records import Header, Record, encode_varint
+from partsync.wire.records import Header, Record, encode_record
 
 __all__ = [
     "ORIGIN_HEADER",
@@ -98,27 +98,25 @@ class Origin:
         return cls.from_bytes(value)
 
 
-def _field(data: bytes | None) -> bytes:
-    return encode_varint(-1) if data is None else encode_varint(len(data)) + data
-
-
 def export_batch(records: Sequence[tuple[Record, Origin]]) -> bytes:
     """One uncompressed batch of ``records``, each with its key, value, headers and timestamp
     (CreateTime) as it was, and its origin as one more header; no producer identity."""
     if not records:
         raise ValueError("a batch holds at least one record")
     base = min(r.timestamp for r, _ in records)
-    parts = []
-    for delta, (r, origin) in enumerate(records):
-        headers = (*r.headers, (ORIGIN_HEADER, origin.to_bytes()))
-        body = b"\x00" + encode_varint(r.timestamp - base) + encode_varint(delta)
-        body += _field(r.key) + _field(r.value) + encode_varint(len(headers))
-        for name, value in headers:
-            body += _field(name.encode("utf-8", "surrogateescape")) + _field(value)
-        parts.append(encode_varint(len(body)) + body)
+    section = b"".join(
+        encode_record(
+            delta,
+            r.timestamp - base,
+            r.key,
+            r.value,
+            (*r.headers, (ORIGIN_HEADER, origin.to_bytes())),
+        )
+        for delta, (r, origin) in enumerate(records)
+    )
     header = bytearray(client_header(0, len(records), base))
     _TIMESTAMPS.pack_into(header, _TIMESTAMPS_AT, base, max(r.timestamp for r, _ in records))
-    return seal(bytes(header), b"".join(parts), len(records))
+    return seal(bytes(header), section, len(records))
 
 
 def text_or_base64(data: bytes | None) -> str | dict[str, str] | None:

@@ -34,7 +34,7 @@ import functools
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from partsync.errors import CorruptBatchError
@@ -45,6 +45,7 @@ __all__ = [
     "Record",
     "decode_records",
     "decompress",
+    "encode_record",
     "encode_varint",
     "iter_records",
     "read_varint",
@@ -242,6 +243,26 @@ def encode_varint(n: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
+
+
+def _field(data: bytes | None) -> bytes:
+    return encode_varint(-1) if data is None else encode_varint(len(data)) + data
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] = (),
+) -> bytes:
+    """One record of a v2 batch's records section, length first (what ``iter_records`` reads;
+    attributes 0)."""
+    body = b"\x00" + encode_varint(timestamp_delta) + encode_varint(offset_delta)
+    body += _field(key) + _field(value) + encode_varint(len(headers))
+    for name, hvalue in headers:
+        body += _field(name.encode("utf-8", "surrogateescape")) + _field(hvalue)
+    return encode_varint(len(body)) + body
 
 
 def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
