@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from partsync._kafka import AclEntry, ErrorCode
 from partsync.errors import ClusterError
 from partsync.io.cluster import Cluster
+from partsync.io.probes import broker_config
 from partsync.io.record_topic import RecordTopic
 from partsync.plan.acls import DEFAULT_RECORD_TOPIC, GROUP, TOPIC, Acl
 
@@ -25,7 +26,6 @@ __all__ = [
     "local_authorizer",
 ]
 
-_BROKER_RESOURCE = 4
 _ALLOW_EVERYONE = "allow.everyone.if.no.acl.found"
 
 
@@ -115,11 +115,7 @@ def local_authorizer(cluster: Cluster) -> tuple[str | None, str | None]:
     if code == ErrorCode.SECURITY_DISABLED:
         refusal = f"cluster {cluster.name} has no authorizer: every client may write every topic"
         return refusal, None
-    node = min(cluster.metadata().brokers)
-    code, cfg = cluster.ask(
-        lambda c: c.describe_configs(_BROKER_RESOURCE, str(node), [_ALLOW_EVERYONE])
-    )
-    value = None if code else cfg.get(_ALLOW_EVERYONE)
+    value = broker_config(cluster, _ALLOW_EVERYONE)
     if value is not None and value.lower() == "true":
         return (
             f"cluster {cluster.name} has {_ALLOW_EVERYONE}=true: a topic without an ALLOW for "

@@ -12,6 +12,7 @@ from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.broker_errors import broker_error
 from partsync.io.cluster import Cluster
 from partsync.io.group_offsets import GroupCoordinator
+from partsync.io.probes import broker_config
 
 __all__ = [
     "auto_create_topics",
@@ -25,7 +26,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC = 3
-_BROKER_RESOURCE = 4
 _AUTO_CREATE = "auto.create.topics.enable"
 # Transactions a coordinator has not finished: Ongoing (a producer is in one), Prepare* (its
 # markers are being written: it settles by itself).
@@ -131,11 +131,7 @@ def auto_create_topics(cluster: Cluster) -> bool | None:
     """Whether the brokers create a topic a client asks for that does not exist
     (``auto.create.topics.enable``, true by default), as the lowest broker reports it; None
     where it does not say."""
-    node = min(cluster.metadata().brokers)
-    code, cfg = cluster.ask(
-        lambda c: c.describe_configs(_BROKER_RESOURCE, str(node), [_AUTO_CREATE])
-    )
-    value = None if code else cfg.get(_AUTO_CREATE)
+    value = broker_config(cluster, _AUTO_CREATE)
     return None if value is None else value.lower() == "true"
 
 

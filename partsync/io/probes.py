@@ -20,6 +20,7 @@ from partsync._kafka import (
     ErrorCode,
     error_name,
 )
+from partsync._kafka.admin_requests import BROKER_RESOURCE
 from partsync.io.cluster import Cluster
 from partsync.plan.preflight import AclRule
 
@@ -27,6 +28,7 @@ __all__ = [
     "Coordinator",
     "Reach",
     "Rights",
+    "broker_config",
     "broker_version",
     "cluster_rights",
     "group_coordinator",
@@ -72,6 +74,14 @@ class Coordinator:
 def broker_version(cluster: Cluster) -> str:
     """The Kafka version the brokers' offered API versions match, e.g. "3.9"."""
     return cluster.ask(lambda c: c.broker_version())
+
+
+def broker_config(cluster: Cluster, key: str) -> str | None:
+    """A broker config's value as the lowest broker reports it (DescribeConfigs); None where
+    it is not reported or not readable."""
+    node = min(cluster.metadata().brokers)
+    code, cfg = cluster.ask(lambda c: c.describe_configs(BROKER_RESOURCE, str(node), [key]))
+    return None if code else cfg.get(key)
 
 
 def offers(cluster: Cluster, api: str) -> bool:
