@@ -191,11 +191,11 @@ def _render(report: object) -> None:
     problems = [(c.name, f) for c in report.clusters for f in c.problems]
     unreachable = [c.name for c in report.clusters if c.error is not None]
     if report.ok:
-        stderr.print("ok: every cluster has what the run needs", highlight=False, markup=False)
+        stderr.line("ok: every cluster has what the run needs")
         return
     what = []
     if unreachable:
         what.append(f"unreachable: {', '.join(unreachable)}")
     if problems:
         what.append(f"{len(problems)} missing")
-    stderr.print(f"not ready: {'; '.join(what)}", highlight=False, markup=False)
+    stderr.line(f"not ready: {'; '.join(what)}")

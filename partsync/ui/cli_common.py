@@ -72,6 +72,11 @@ class StderrConsole:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         self.console.print(*objects, **kwargs)
 
+    def line(self, text: str) -> None:
+        """``text`` as it is: no rich markup read in it, nothing highlighted (a topic name or a
+        broker's message may hold brackets)."""
+        self.console.print(text, highlight=False, markup=False)
+
     @property
     def is_terminal(self) -> bool:
         return self.console.is_terminal

@@ -205,8 +205,8 @@ def _run(args: DiffArgs, req: DiffRequest) -> None:
     else:
         print_table(diff_table(report))
         for note in diff_notes(report):
-            stderr.print(note, highlight=False, markup=False)
-        stderr.print(diff_summary(report), highlight=False, markup=False)
+            stderr.line(note)
+        stderr.line(diff_summary(report))
     if html_path:
-        stderr.print(f"HTML report written to {html_path}", highlight=False, markup=False)
+        stderr.line(f"HTML report written to {html_path}")
     raise Exit(report.exit_status)

@@ -127,15 +127,12 @@ def _render(report: Any) -> None:
 
     from partsync.ui.render import WordTable, print_table
 
-    def say(line: str) -> None:
-        stderr.print(line, highlight=False, markup=False)
-
     if report.in_use is not None and report.in_use.in_use:
-        say(report.in_use.refusal(report.old))
+        stderr.line(report.in_use.refusal(report.old))
         for what in report.in_use.to_dict()["not_visible"]:
-            say(f"not visible to any API: {what}")
+            stderr.line(f"not visible to any API: {what}")
         for topic, why in report.failed.items():
-            say(f"topic {topic}: not failed back: {why}")
+            stderr.line(f"topic {topic}: not failed back: {why}")
         return
     table = WordTable(
         "topic", "partition", "action", "diverged at", "exported", "discarded", "copy again"
@@ -155,10 +152,10 @@ def _render(report: Any) -> None:
             )
     print_table(table)
     for topic, why in report.failed.items():
-        say(f"topic {topic}: not failed back: {why}")
+        stderr.line(f"topic {topic}: not failed back: {why}")
     for topic in report.promotions_cleared:
-        say(f"topic {topic}: promotion record on {report.old} cleared (a mirror again)")
+        stderr.line(f"topic {topic}: promotion record on {report.old} cleared (a mirror again)")
     for line in report.warnings:
-        say(line)
+        stderr.line(line)
     if report.dry_run:
-        say("dry run: nothing was exported, deleted or copied")
+        stderr.line("dry run: nothing was exported, deleted or copied")

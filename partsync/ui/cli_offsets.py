@@ -156,9 +156,7 @@ def offsets(ctx: Ctx, /, **options: Any) -> None:
         print_table(table)
         for g in report.groups:
             if g.reason:
-                stderr.print(
-                    f"{g.status}: group {g.group}: {g.reason}", markup=False, highlight=False
-                )
+                stderr.line(f"{g.status}: group {g.group}: {g.reason}")
     raise Exit(report.exit_status)
 
 

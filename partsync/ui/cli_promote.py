@@ -141,13 +141,13 @@ def _render(report: Any) -> None:
             )
     print_table(table)
     for p in report.already:
-        stderr.print(f"topic {p.topic}: promoted already", highlight=False, markup=False)
+        stderr.line(f"topic {p.topic}: promoted already")
     for topic, why in report.failed.items():
-        stderr.print(f"topic {topic}: not promoted: {why}", highlight=False, markup=False)
+        stderr.line(f"topic {topic}: not promoted: {why}")
     for why in report.not_in_sync:
-        stderr.print(f"not at lag 0, nothing promoted: {why}", highlight=False, markup=False)
+        stderr.line(f"not at lag 0, nothing promoted: {why}")
     for line in (*report.warnings, *(f"granted ACL {a}" for a in report.granted)):
-        stderr.print(line, highlight=False, markup=False)
+        stderr.line(line)
     if report.groups is not None:
         for g in report.groups.groups:
-            stderr.print(f"group {g.group}: {g.status}", highlight=False, markup=False)
+            stderr.line(f"group {g.group}: {g.status}")

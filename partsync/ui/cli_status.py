@@ -115,4 +115,4 @@ def _render(topics: list[Any]) -> None:
     for t in topics:
         counts[t.state.value] = counts.get(t.state.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    stderr.print(f"{len(topics)} topics: {summary}", highlight=False, markup=False)
+    stderr.line(f"{len(topics)} topics: {summary}")

@@ -69,17 +69,13 @@ def plan(ctx: Ctx, /, **options: Any) -> None:
             plans = scan_topics(plans, req, pool, parallelism=PARALLELISM)
     as_json = args.selection.as_json
     if req.selection is not None and not as_json:
-        stderr.print(
-            f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)",
-            highlight=False,
-            markup=False,
-        )
+        stderr.line(f"topics: {', '.join(req.topics)} (selected by --topic-pattern/--exclude)")
     if as_json:
         emit_json({"topics": [tp.to_dict() for tp in plans]})
     else:
         print_table(plan_table(plans))
         for note in plan_notes(plans):
-            stderr.print(note, highlight=False, markup=False)
+            stderr.line(note)
         for tp in plans:
             for w in tp.warnings:
                 stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -167,11 +163,8 @@ def _run(args: SyncArgs, req: SyncRequest, to_sync: GroupsToSync | None) -> JobO
                         if args.no_group
                         else f" in group {args.group or default_group(req.job_topics)!r}"
                     )
-                    stderr.print(
-                        f"following {', '.join(req.topics)}{mode}; SIGTERM or Ctrl-C stops",
-                        highlight=False,
-                        markup=False,  # a group name is the user's text
-                    )
+                    # (a group name is the user's text)
+                    stderr.line(f"following {', '.join(req.topics)}{mode}; SIGTERM or Ctrl-C stops")
                 eng = None
                 if args.engine != "local":
                     from partsync.engines import make_engine
@@ -222,7 +215,7 @@ def _render(args: SyncArgs, outcome: JobOutcome) -> None:
             for w in tr.warnings:
                 stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
         for note in report_notes(report):
-            stderr.print(note, highlight=False, markup=False)
+            stderr.line(note)
         stderr.print(summary_line(report), highlight=False)
     if outcome.fatal is not None:
         stderr.print(f"[red]error:[/] {outcome.fatal}", highlight=False)
