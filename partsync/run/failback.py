@@ -300,28 +300,18 @@ def _moved(old: Cluster, tf: TopicFailback, parts: list[int]) -> None:
     """Refuse (unsafe) if the old primary was written since it was compared and exported:
     those records would be deleted unexported."""
     ends_now = old.log_ends(tf.topic, parts)
-    moved = {
-        str(p.partition): (p.old.end, ends_now[p.partition])
+    moved = [
+        f"{p.partition}: {p.old.end} -> {ends_now[p.partition]}"
         for p in tf.partitions
         if p.old is not None and ends_now[p.partition] != p.old.end
-    }
-    _refuse(
-        old,
-        tf.topic,
-        moved,
-        "written since it was compared and exported (partition: end then -> now: ",
-        "{tp}: {a} -> {b}",
-        "): not deleted; stop its producers and run failback again",
-    )
-
-
-def _refuse(
-    old: Cluster, topic: str, seen: dict[str, tuple[int, int]], head: str, each: str, tail: str
-) -> None:
-    """Raise (unsafe, nothing deleted) naming what was ``seen`` per partition, if anything."""
-    if seen:
-        items = ", ".join(each.format(tp=k, a=a, b=b) for k, (a, b) in sorted(seen.items()))
-        raise UnsafeError(head + items + tail, cluster=old.name, topic=topic)
+    ]
+    if moved:
+        raise UnsafeError(
+            f"written since it was compared and exported (partition: end then -> now: "
+            f"{', '.join(moved)}): not deleted; stop its producers and run failback again",
+            cluster=old.name,
+            topic=tf.topic,
+        )
 
 
 def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
@@ -333,14 +323,14 @@ def _recreate(old: Cluster, tf: TopicFailback, settle_s: float) -> None:
     cluster without an authorizer)."""
     topic = tf.topic
     parts = [p.partition for p in tf.partitions]
-    _refuse(
-        old,
-        topic,
-        _settle(old, {topic: parts}, settle_s),
-        "transactions are still open on the old primary (",
-        "{tp} at {a}, end {b}",
-        "): not deleted",
-    )
+    open_ = _settle(old, {topic: parts}, settle_s)
+    if open_:
+        listed = ", ".join(f"{tp} at {lso}, end {end}" for tp, (lso, end) in sorted(open_.items()))
+        raise UnsafeError(
+            f"transactions are still open on the old primary ({listed}): not deleted",
+            cluster=old.name,
+            topic=topic,
+        )
     info = old.topic(topic, refresh=True)
     replication = info.replication if info is not None and info.replication else -1
     configs = topic_overrides(old, topic)
