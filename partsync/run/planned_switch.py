@@ -8,7 +8,7 @@ exported when the old primary is made a mirror (``partsync failback``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from partsync.errors import GroupError, PartsyncError
@@ -41,37 +41,38 @@ def refuse_live_groups_on_source(source: Cluster, groups: Sequence[str]) -> None
         )
 
 
+def _source_partitions(
+    req: SyncRequest, pool: ClusterPool
+) -> Iterator[tuple[str, Cluster, str, list[int]]]:
+    """(source name, source, topic, its partitions there) for each topic each source has."""
+    for topic in req.topics:
+        for ref in req.sources:
+            source = pool.get(ref)
+            info = source.topic(topic, refresh=True)
+            if info is not None:
+                yield ref.name, source, topic, list(range(info.partitions))
+
+
 def in_sync_problems(req: SyncRequest, pool: ClusterPool) -> dict[str, tuple[int, int, int]]:
     """Per "source:topic-partition", (local end, source end, source last stable offset) where
     the mirror does not end where its source does, or a source transaction is still open."""
     local = pool.get(req.local)
     out = {}
-    for topic in req.topics:
-        for ref in req.sources:
-            source = pool.get(ref)
-            info = source.topic(topic, refresh=True)
-            if info is None:
-                continue
-            parts = list(range(info.partitions))
-            mine = {p: b.end for p, b in local.bounds(topic, parts).items()}
-            for p, b in source.bounds(topic, parts).items():
-                lso = source.last_stable_offset(topic, p)
-                if b.end != mine[p] or lso != b.end:
-                    out[f"{ref.name}:{topic}-{p}"] = (mine[p], b.end, lso)
+    for name, source, topic, parts in _source_partitions(req, pool):
+        mine = {p: b.end for p, b in local.bounds(topic, parts).items()}
+        for p, b in source.bounds(topic, parts).items():
+            lso = source.last_stable_offset(topic, p)
+            if b.end != mine[p] or lso != b.end:
+                out[f"{name}:{topic}-{p}"] = (mine[p], b.end, lso)
     return out
 
 
 def _source_ends(req: SyncRequest, pool: ClusterPool) -> dict[str, int]:
-    out = {}
-    for topic in req.topics:
-        for ref in req.sources:
-            source = pool.get(ref)
-            info = source.topic(topic, refresh=True)
-            if info is None:
-                continue
-            for p, e in source.log_ends(topic, list(range(info.partitions))).items():
-                out[f"{ref.name}:{topic}-{p}"] = e
-    return out
+    return {
+        f"{name}:{topic}-{p}": e
+        for name, source, topic, parts in _source_partitions(req, pool)
+        for p, e in source.log_ends(topic, parts).items()
+    }
 
 
 def wait_in_sync(
