@@ -731,6 +731,28 @@ class Row:
     error: str | None = None
 
 
+def _take_verdict(row: Row, verdict: dict[str, Any]) -> None:
+    """What the first copy's check of the destination found, on the row."""
+    row.offsets_identical = verdict["offsets_identical"]
+    row.batches_identical = verdict["batches_identical"]
+    row.complete = verdict["complete"]
+    row.dest_batches = verdict["dest_batches"]
+    row.dest_codecs = verdict["dest_codecs"]
+
+
+def _run_record(m: Measured, dest_cpu: float, src_cpu: float) -> dict[str, float]:
+    """One copy's measurements, as a row's ``runs`` keep them."""
+    return {
+        "wall_s": m.wall_s,
+        "cpu_s": m.cpu_s,
+        "user_s": m.user_s,
+        "sys_s": m.sys_s,
+        "peak_rss_mb": m.peak_rss_mb,
+        "dest_broker_cpu_s": dest_cpu,
+        "source_broker_cpu_s": src_cpu,
+    }
+
+
 class Bench:
     def __init__(self, settings: Settings, log: Callable[[str], None]) -> None:
         self.s = settings
@@ -857,24 +879,10 @@ class Bench:
                 self.log(f"  {contender} on {topic} FAILED (exit {m.code}): {row.error[-300:]}")
                 break
             if i == 0:
-                row.offsets_identical = verdict["offsets_identical"]
-                row.batches_identical = verdict["batches_identical"]
-                row.complete = verdict["complete"]
-                row.dest_batches = verdict["dest_batches"]
-                row.dest_codecs = verdict["dest_codecs"]
+                _take_verdict(row, verdict)
             if contender in SELF_MEASURED:
                 reports.append(runner_report(m))
-            runs.append(
-                {
-                    "wall_s": m.wall_s,
-                    "cpu_s": m.cpu_s,
-                    "user_s": m.user_s,
-                    "sys_s": m.sys_s,
-                    "peak_rss_mb": m.peak_rss_mb,
-                    "dest_broker_cpu_s": dest_cpu,
-                    "source_broker_cpu_s": src_cpu,
-                }
-            )
+            runs.append(_run_record(m, dest_cpu, src_cpu))
         self._summarise(row, runs, reports)
         self.rows.append(row)
         return row
@@ -948,23 +956,9 @@ class Bench:
                         rows[c].error = error
                         raise RuntimeError(f"{c} on {topic} failed: {error[-300:]}")
                     if i == 0:
-                        rows[c].offsets_identical = verdict["offsets_identical"]
-                        rows[c].batches_identical = verdict["batches_identical"]
-                        rows[c].complete = verdict["complete"]
-                        rows[c].dest_batches = verdict["dest_batches"]
-                        rows[c].dest_codecs = verdict["dest_codecs"]
+                        _take_verdict(rows[c], verdict)
                     walls[c] = m.wall_s
-                    runs[c].append(
-                        {
-                            "wall_s": m.wall_s,
-                            "cpu_s": m.cpu_s,
-                            "user_s": m.user_s,
-                            "sys_s": m.sys_s,
-                            "peak_rss_mb": m.peak_rss_mb,
-                            "dest_broker_cpu_s": dest_cpu,
-                            "source_broker_cpu_s": src_cpu,
-                        }
-                    )
+                    runs[c].append(_run_record(m, dest_cpu, src_cpu))
                 # records/s ratio = the inverse of the wall times' ratio (same records)
                 rounds.append(
                     {
