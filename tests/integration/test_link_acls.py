@@ -233,18 +233,8 @@ def test_acls_follow_the_source_and_a_read_only_mirror_keeps_writers_out(
         lambda: ("User:ops", "DESCRIBE", "ALLOW", "LITERAL", name) in _acls(dst.bootstrap, name),
     )
 
-    r = _run(
-        cfg,
-        "check",
-        "--topic",
-        name,
-        "--sources",
-        "src",
-        "--create-missing",
-        "--sync-acls",
-        "--read-only",
-        "--json",
-    )
+    link = ("--topic", name, "--sources", "src", "--create-missing", "--sync-acls", "--read-only")
+    r = _run(cfg, "check", *link, "--json")
     found = {
         (c["cluster"], f["subject"], f["need"]): f["verdict"]
         for c in r.json["clusters"]
@@ -254,17 +244,7 @@ def test_acls_follow_the_source_and_a_read_only_mirror_keeps_writers_out(
     assert found[("dst", "cluster", "ALTER")] == "ok", r.stdout
     assert found[("dst", "cluster", "authorizer")] == "ok", r.stdout
 
-    args = (
-        "sync",
-        "--topic",
-        name,
-        "--sources",
-        "src",
-        "--create-missing",
-        "--sync-acls",
-        "--read-only",
-        "--json",
-    )
+    args = ("sync", *link, "--json")
     r = _run(cfg, *args)
     assert r.code == 0, r.stdout + r.stderr
     assert_partitions_identical(src.bootstrap, dst.bootstrap, name, 1)
