@@ -8,7 +8,7 @@ primary is the one source, the old primary the local cluster. In this order:
    while watched, transactions still open after ``settle_s`` (``plan.failback_report.InUse``,
    which also names what no API shows);
 3. per partition, the first offset where the old copy differs from the new primary's
-   (``run.diff.diff_partition``, by digest) and its case (``plan.failback``);
+   (``run.diff.diff_topics``, by digest) and its case (``plan.failback``);
 4. the old primary's tail past that point exported (``run.failback_export``) before anything
    is deleted;
 5. a topic with a diverged partition deleted and created again at once with its partitions
@@ -42,11 +42,11 @@ from partsync.io.old_primary import (
     topic_overrides,
 )
 from partsync.io.pool import ClusterPool
-from partsync.plan.diff_model import DiffOptions, DiffStatus
+from partsync.plan.diff_model import DiffRequest, DiffStatus
 from partsync.plan.failback import Action, classify
 from partsync.plan.failback_report import FailbackReport, InUse, TopicFailback
 from partsync.plan.promotion import Promotion
-from partsync.run.diff import diff_partition
+from partsync.run.diff import diff_topics
 from partsync.run.failback_export import ExportTarget, ensure_export_topic, export_partition
 from partsync.run.planner import SyncRequest
 from partsync.run.runner import RunOptions
@@ -245,16 +245,15 @@ def _plan_topic(req: SyncRequest, pool: ClusterPool, topic: str) -> TopicFailbac
             cluster=old.name,
             topic=topic,
         )
-    refs = (req.sources[0], req.local)
-    for p in parts:
-        d = diff_partition(refs, topic, p, DiffOptions(), pool=pool)
-        if d.status is DiffStatus.ERROR:
+    # Every partition compared as `partsync diff` compares them, several at a time.
+    diffs = diff_topics(DiffRequest((topic,), (req.sources[0], req.local)), pool)
+    for d in diffs.topics[0].partitions:
+        o, n = d.clusters.get(old.name), d.clusters.get(new.name)
+        if d.status is DiffStatus.ERROR or o is None or n is None:
             raise TopicError(
-                f"comparing the old and new primary: {d.reason}", topic=topic, partition=p
+                f"comparing the old and new primary: {d.reason}", topic=topic, partition=d.partition
             )
-        o, n = d.clusters[old.name], d.clusters[new.name]
-        assert o is not None and n is not None
-        tf.partitions.append(classify(p, o, n, d.first_divergent_offset))
+        tf.partitions.append(classify(d.partition, o, n, d.first_divergent_offset))
     return tf
 
 
