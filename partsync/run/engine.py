@@ -46,6 +46,7 @@ from partsync.plan.results import PartitionResult, Status
 from partsync.plan.rounds import Decision, RoundsState, Step, after_round
 from partsync.plan.together import TOGETHER_MAX, TOGETHER_MIN
 from partsync.retry import Backoff
+from partsync.run import heap
 from partsync.run.scheduler import Scheduler
 from partsync.run.task import (
     RETRY_CAP_S,
@@ -168,6 +169,7 @@ class Engine:
         self._sched: Scheduler[_Part] = Scheduler(workers, self._run, gather=gather)
         self._lock = self._sched.lock
         self._parts: dict[TopicPartition, _Part] = {}
+        heap.settle()  # the imports and the plan are made: leave them out of collections
 
     # -- what the runner asks -----------------------------------------------------------
 
