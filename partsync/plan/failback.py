@@ -32,6 +32,7 @@ __all__ = [
     "PartitionFailback",
     "TxnEvent",
     "classify",
+    "moved_since",
     "orphan_markers",
     "topic_action",
     "transaction_starts",
@@ -118,6 +119,29 @@ def classify(
     return PartitionFailback(
         partition, old, new, None, f"a prefix: {new.end - old.end} offsets behind"
     )
+
+
+def moved_since(
+    partitions: Iterable[PartitionFailback], now: Mapping[int, tuple[int, int]]
+) -> list[str]:
+    """What keeps the old primary's topic from being deleted, per partition, from its
+    (high watermark, log end offset) ``now``: records written since it was compared and
+    exported (the high watermark moved), or records above the high watermark (written, not yet
+    replicated: no Fetch reads them, so none of them were exported). Empty: nothing would be
+    deleted unexported."""
+    out = []
+    for p in partitions:
+        if p.old is None:
+            continue
+        hw, leo = now[p.partition]
+        if hw != p.old.end:
+            out.append(f"{p.partition}: written since, end {p.old.end} -> {hw}")
+        elif leo > hw:
+            out.append(
+                f"{p.partition}: offsets {hw}..{leo - 1} above the high watermark "
+                "(not yet replicated, not exported)"
+            )
+    return out
 
 
 def topic_action(partitions: Iterable[PartitionFailback]) -> Action:

@@ -43,7 +43,7 @@ from partsync.io.old_primary import (
 )
 from partsync.io.pool import ClusterPool
 from partsync.plan.diff_model import DiffRequest, DiffStatus
-from partsync.plan.failback import Action, classify
+from partsync.plan.failback import Action, classify, moved_since
 from partsync.plan.failback_report import FailbackReport, InUse, TopicFailback
 from partsync.plan.promotion import Promotion
 from partsync.run.diff import diff_topics
@@ -296,18 +296,14 @@ def _export(old: Cluster, new: Cluster, tf: TopicFailback, target: ExportTarget)
 
 
 def _moved(old: Cluster, tf: TopicFailback, parts: list[int]) -> None:
-    """Refuse (unsafe) if the old primary was written since it was compared and exported:
-    those records would be deleted unexported."""
-    ends_now = old.log_ends(tf.topic, parts)
-    moved = [
-        f"{p.partition}: {p.old.end} -> {ends_now[p.partition]}"
-        for p in tf.partitions
-        if p.old is not None and ends_now[p.partition] != p.old.end
-    ]
+    """Refuse (unsafe) if the old primary holds records that were not compared and exported:
+    written since, or not yet replicated (``moved_since``). They would be deleted unexported."""
+    now = old.bounds_and_log_ends(tf.topic, parts)
+    moved = moved_since(tf.partitions, {p: (b.end, leo) for p, (b, leo) in now.items()})
     if moved:
         raise UnsafeError(
-            f"written since it was compared and exported (partition: end then -> now: "
-            f"{', '.join(moved)}): not deleted; stop its producers and run failback again",
+            f"holds records that were not exported (partition: what): {'; '.join(moved)}. "
+            "Not deleted; stop its producers, let its followers catch up and run failback again",
             cluster=old.name,
             topic=tf.topic,
         )

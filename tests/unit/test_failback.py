@@ -13,6 +13,7 @@ from partsync.plan.failback import (
     ExportCount,
     TxnEvent,
     classify,
+    moved_since,
     orphan_markers,
     topic_action,
     transaction_starts,
@@ -252,3 +253,24 @@ def test_in_use_names_what_it_saw_and_what_no_api_shows() -> None:
         assert part in text, text
     assert any("assign()" in x for x in use.to_dict()["not_visible"])
     assert InUse(unknown_groups=["g"]).in_use
+
+
+@pytest.mark.parametrize(
+    ("old", "now", "expected"),
+    [
+        (B(0, 10), (10, 10), []),  # as compared and exported
+        (B(0, 10), (12, 12), ["0: written since, end 10 -> 12"]),
+        # Acknowledged with acks=1, not yet on the followers: no Fetch read it, so it was not
+        # exported; deleting now would lose it.
+        (
+            B(0, 10),
+            (10, 13),
+            ["0: offsets 10..12 above the high watermark (not yet replicated, not exported)"],
+        ),
+        (B(0, 10), (11, 13), ["0: written since, end 10 -> 11"]),
+        (None, (5, 5), []),  # not on the old primary: nothing there to lose
+    ],
+)
+def test_moved_since(old: Bounds | None, now: tuple[int, int], expected: list[str]) -> None:
+    p = classify(0, old, B(0, 10), None)
+    assert moved_since([p], {0: now}) == expected
