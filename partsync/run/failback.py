@@ -193,6 +193,9 @@ def _in_use(old: Cluster, topics: Sequence[str], fopts: FailbackOptions) -> InUs
         info = old.topic(t, refresh=True)
         if info is not None:
             parts[t] = list(range(info.partitions))
+    if not parts:
+        use.watched_s = 0  # none of the topics on the old primary: no ends to watch move
+        return use
     before = {(t, p): e for t, ps in parts.items() for p, e in old.log_ends(t, ps).items()}
     time.sleep(fopts.watch_s)
     after = {(t, p): e for t, ps in parts.items() for p, e in old.log_ends(t, ps).items()}
