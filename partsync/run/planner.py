@@ -16,16 +16,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from partsync.config import ClusterRef
 from partsync.copy.boundary import checked_in_sync, local_for_plan
 from partsync.copy.producer import partsync_ids, slot_partition
 from partsync.errors import ClusterError, PartsyncError, TopicError
 from partsync.io.cluster import Cluster, TopicInfo
 from partsync.io.foreign import with_foreign
+from partsync.io.last_batches import batches_at
 from partsync.io.link_records import read_promotions
 from partsync.io.pool import ClusterPool
 from partsync.plan.comparator import (
     Bounds,
     Condition,
+    PartitionPlan,
     plan_partition,
     unknown_without,
 )
@@ -46,6 +49,8 @@ from partsync.run.topic_plan import (
     uncopied_result,
     whole_topic_results,
 )
+from partsync.wire.batch import Batch
+from partsync.wire.digest import batch_digest
 
 __all__ = [
     "SyncRequest",
@@ -244,14 +249,21 @@ def _plan_topic(
             )
         else:
             plan = unknown_without(plan, unreachable)
-        if plan.condition is Condition.IN_SYNC and (topic, p) in aborted:
+        plans.append(plan)
+    # Ends that agree are not yet the same history: someone else's write may have taken the
+    # offset the source's next record has. Every in-sync partition's last batch is compared
+    # with the sources' (one Fetch per leader; a partition whose batches differ, could not be
+    # read that way, or may end in a replay the local coordinator aborted is compared alone).
+    agree = _last_batches_agree(req, pool, topic, plans, exclude=aborted)
+    for i, plan in enumerate(plans):
+        if plan.condition is Condition.IN_SYNC and plan.partition not in agree:
             srcs = {r.name: pool.get(r) for r in req.sources if r.name in plan.sources}
             plan = checked_in_sync(plan, srcs, local, req.options, rules)
         if plan.condition is Condition.UNSAFE and create is None and refusal is None:
-            plan = with_foreign(plan, local, partsync_ids(topic, p))
+            plan = with_foreign(plan, local, partsync_ids(topic, plan.partition))
         if plan.condition in (Condition.UNSAFE, Condition.UNKNOWN):
             plan = located(plan, local.name)
-        plans.append(plan)
+        plans[i] = plan
     return TopicPlan(
         topic,
         tuple(plans),
@@ -304,6 +316,55 @@ def resolve_topics(req: SyncRequest, pool: ClusterPool) -> SyncRequest:
     if not listed and error is not None:
         raise error
     return dataclasses.replace(req, topics=tuple(select_topics(sel, listed, req.own_records)))
+
+
+def _last_batches_agree(
+    req: SyncRequest,
+    pool: ClusterPool,
+    topic: str,
+    plans: list[PartitionPlan],
+    *,
+    exclude: frozenset[tuple[str, int]],
+) -> set[int]:
+    """The in-sync partitions whose last local batch every source holding that offset has too
+    (the same digest: ``wire.digest``), read for all of them at once (``io.last_batches``), and
+    those with nothing to compare (an empty local log, no source holding that offset). Every
+    other in-sync partition is compared alone (``checked_in_sync``), which says what differs or
+    why it could not be read: one whose batches differ or were not in the answer, one in
+    ``exclude``, or all of them when a cluster cannot be read this way."""
+    agree: set[int] = set()
+    wanted: dict[int, tuple[int, tuple[str, ...]]] = {}  # partition -> (offset, holders)
+    for plan in plans:
+        if plan.condition is not Condition.IN_SYNC or (topic, plan.partition) in exclude:
+            continue
+        at = plan.local.end - 1
+        holders = tuple(n for n, b in plan.sources.items() if b.holds(at))
+        if plan.local.end <= plan.local.log_start or not holders:
+            agree.add(plan.partition)
+        else:
+            wanted[plan.partition] = (at, holders)
+    if not wanted:
+        return agree
+
+    def read(ref: ClusterRef, local: bool = False) -> dict[int, Batch]:
+        offsets = {p: at for p, (at, names) in wanted.items() if local or ref.name in names}
+        return batches_at(pool.get(ref), topic, offsets) if offsets else {}
+
+    try:
+        mine = read(req.local, local=True)
+        theirs = {r.name: read(r) for r in req.sources}
+    except PartsyncError as e:
+        log.debug("topic %s: last batches not read together (%s): compared one by one", topic, e)
+        return agree
+    for p, (_at, names) in wanted.items():
+        local = mine.get(p)
+        if local is not None and all(_same(local, theirs[n].get(p)) for n in names):
+            agree.add(p)
+    return agree
+
+
+def _same(a: Batch, b: Batch | None) -> bool:
+    return b is not None and a.base_offset == b.base_offset and batch_digest(a) == batch_digest(b)
 
 
 # A replayed transaction the local coordinator aborted, or is aborting (its timeout, or a

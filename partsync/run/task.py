@@ -197,17 +197,15 @@ def copy_round(
         return _unplanned(task).with_status(Status.ERROR, str(e), e), None
     if on_plan is not None:
         on_plan(plan)
-    if (
-        plan.condition is Condition.IN_SYNC
-        and task.options.replay_transactions
-        and (
-            (session is not None and bool(session.open_txns))
-            or (last_end is not None and plan.local.end != last_end)
-        )
+    if plan.condition is Condition.IN_SYNC and (
+        (last_end is not None and plan.local.end != last_end)
+        or (task.options.replay_transactions and session is not None and bool(session.open_txns))
     ):
-        # A replayed transaction left open, or the local log moved since the last round
-        # without this process: the local coordinator may have aborted a replayed transaction
-        # (a stall past --transaction-timeout), its marker where the source's marker is.
+        # The local log moved since the last round without this process, or a replayed
+        # transaction was left open: a write by someone else that took the offset the source's
+        # next record has (the ends then agree), or the local coordinator's abort marker of a
+        # replayed transaction (a stall past --transaction-timeout) where the source's marker
+        # is. Its last batch is compared with the sources'.
         plan = checked_in_sync(plan, sources, local, task.options, task.rules)
     if plan.condition is not Condition.BEHIND:
         return _unplanned(task, plan), session

@@ -761,6 +761,50 @@ def test_partitions_woken_together_take_one_round_and_still_compare_the_local_lo
     assert f.stop(signal.SIGTERM) == 3, diag()
 
 
+@pytest.mark.parametrize("transactions", ["replay", "refuse"])
+def test_a_foreign_write_that_leaves_the_ends_equal_is_refused_not_reported_in_sync(
+    transactions: str,
+    config: Path,
+    source_a: Broker,
+    group_local: Broker,
+    topic: str,
+    followers: list[Follower],
+    tmp_path: Path,
+) -> None:
+    """Someone else writes a record into a follower's mirror just as the source gets its next
+    one: the two ends agree again, but the mirror's last record is not the source's. The round
+    the source's record wakes finds the local log moved without this process, compares the
+    last batches, and refuses (a partition is never reported in sync when it is not), whether
+    or not it replays transactions (which once was the only case compared)."""
+    create_topic(source_a.bootstrap, topic, 2)
+    create_topic(group_local.bootstrap, topic, 2)
+    _fill_at_once(source_a, topic, 3, seed=21, partitions=2)
+    log = tmp_path / "follower.log"
+    f = Follower(config, topic, f"g-{topic}", log, "--transactions", transactions)
+    followers.append(f)
+    diag = lambda: f.stderr()[-3000:]
+    _wait("the catch-up", lambda: ends(group_local, topic, 2) == {0: 3, 1: 3}, 90, diag)
+    time.sleep(1)  # both partitions parked on the source's tail
+
+    f.proc.send_signal(signal.SIGSTOP)
+    produce(group_local.bootstrap, topic, make_records(1, seed=22, partition=0))  # foreign
+    produce(source_a.bootstrap, topic, make_records(1, seed=23, partition=0))
+    produce(source_a.bootstrap, topic, make_records(1, seed=24, partition=1))
+    f.proc.send_signal(signal.SIGCONT)
+
+    def status(p: int) -> str | None:
+        for (name, labels), v in f.scrape().items():
+            if name == "partsync_partition_status" and v and ("partition", str(p)) in labels:
+                return dict(labels).get("status")
+        return None
+
+    _wait("partition 0 refused", lambda: status(0) == "unsafe", 60, diag)
+    _wait("partition 1 copied", lambda: ends(group_local, topic, 2)[1] == 4, 60, diag)
+    assert status(1) in ("synced", "in-sync"), status(1)
+    assert ends(group_local, topic, 2)[0] == 4  # the foreign record; nothing appended after
+    assert f.stop(signal.SIGTERM) == 3, diag()
+
+
 @pytest.mark.kafka_versions  # the group protocol: KIP-848's on Kafka 4, classic on 3.9
 def test_overlapping_one_shot_runs_split_the_work(
     config: Path,

@@ -276,6 +276,31 @@ def test_divergent_local_history(clusters: Clusters, psync: Run, topic: str) -> 
     assert _snapshot(clusters, topic, 1) == before
 
 
+def test_a_foreign_write_with_equal_ends_is_refused_not_reported_in_sync(
+    clusters: Clusters, psync: Run, topic: str
+) -> None:
+    """Someone else's record took the offset the source's next record has: the ends agree, the
+    histories do not. A run compares the last batches of every partition whose ends agree (all
+    of them in one Fetch per leader) and refuses that one, naming where; the others are in
+    sync."""
+    a, local = clusters.bootstrap("a"), clusters.bootstrap("local")
+    create_topic(a, topic, 3)
+    create_topic(local, topic, 3)
+    for p in range(3):
+        produce(a, topic, records(20, seed=p), partition=p)
+    assert _sync(psync, topic).code == 0
+    produce(local, topic, records(1, seed=40), partition=1)  # foreign, at offset 20
+    produce(a, topic, records(1, seed=41), partition=1)  # the source's own offset 20
+    before = _snapshot(clusters, topic, 3)
+
+    r = _sync(psync, topic)
+
+    e = _refused(r, topic, 1, 21, "cluster local", "offset 20")
+    assert "divergent history: the local batch 20..20 differs from a's batch 20..20" in e["reason"]
+    assert [by_partition(r.json, topic)[p]["status"] for p in (0, 2)] == ["in-sync", "in-sync"]
+    assert _snapshot(clusters, topic, 3) == before
+
+
 def test_source_log_start_beyond_local_end(clusters: Clusters, psync: Run, topic: str) -> None:
     """The local partition fell behind the source's retention: offsets in between are gone."""
     _require(clusters, "b", "noida", "kafka", why="DeleteRecords is needed to move the log start")
