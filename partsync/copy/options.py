@@ -24,7 +24,7 @@ class CopyOptions:
     # Fetches each source connection keeps outstanding (answered in order) when the broker is
     # far (see ``io.fetch_lane.FAR_RTT_S``): a long fat link idles for a round trip after every
     # answer without them. A near broker gets one at a time, which costs less CPU and memory.
-    fetches_in_flight: int = 4
+    fetches_in_flight: int = 2
     produce_timeout_ms: int = 30_000
     fetch_wait_ms: int = 500
     # Whole-run cap on fetched bytes per second in this process (None: unlimited); per-cluster

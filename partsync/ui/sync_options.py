@@ -87,7 +87,7 @@ _SYNC_OPTIONS: list[Callable[[Any], Any]] = [
         default=1,
         show_default=True,
         help="TCP connections per source broker and partition (for long fat links): the copy "
-        "cuts its range into byte-sized pieces that the connections share, each with up to 4 "
+        "cuts its range into byte-sized pieces that the connections share, each with up to 2 "
         "fetches in flight.",
     ),
     click.option(
