@@ -22,7 +22,7 @@ from partsync.plan.comparator import (
 )
 from partsync.plan.topic_rules import LocalTopicRules
 from partsync.wire.batch import Batch
-from partsync.wire.digest import batch_digest
+from partsync.wire.digest import same_batch
 from partsync.wire.filler import is_filler
 from partsync.wire.holes import disagreement, holds_hole_records
 
@@ -47,9 +47,7 @@ def differs_at(ctx: CopyContext, a: Batch, b: Batch, offset: int) -> int | None:
     offset both hold a record at has the same record (``wire.holes.disagreement``), and a
     copy that lost the batch holding ``offset`` has nothing to compare."""
     if not ctx.opts.fill_holes:
-        return (
-            offset if a.base_offset != b.base_offset or batch_digest(a) != batch_digest(b) else None
-        )
+        return None if same_batch(a, b) else offset
     if not (a.base_offset <= offset <= a.last_offset and b.base_offset <= offset <= b.last_offset):
         return None
     return disagreement(a, b, ctx.opts.hole_key)

@@ -50,7 +50,7 @@ from partsync.run.topic_plan import (
     whole_topic_results,
 )
 from partsync.wire.batch import Batch
-from partsync.wire.digest import batch_digest
+from partsync.wire.digest import same_batch
 
 __all__ = [
     "SyncRequest",
@@ -358,13 +358,11 @@ def _last_batches_agree(
         return agree
     for p, (_at, names) in wanted.items():
         local = mine.get(p)
-        if local is not None and all(_same(local, theirs[n].get(p)) for n in names):
+        if local is not None and all(
+            (b := theirs[n].get(p)) is not None and same_batch(local, b) for n in names
+        ):
             agree.add(p)
     return agree
-
-
-def _same(a: Batch, b: Batch | None) -> bool:
-    return b is not None and a.base_offset == b.base_offset and batch_digest(a) == batch_digest(b)
 
 
 # A replayed transaction the local coordinator aborted, or is aborting (its timeout, or a

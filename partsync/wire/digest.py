@@ -50,6 +50,7 @@ __all__ = [
     "first_divergence",
     "iter_chunks",
     "record_unit",
+    "same_batch",
     "split_majority",
 ]
 
@@ -86,6 +87,12 @@ def batch_digest(batch: Batch) -> bytes:
     h.update(batch.data[ATTRIBUTES_OFFSET + 2 : PRODUCER_OFFSET])
     h.update(batch.data[RECORD_COUNT_OFFSET:])
     return h.digest()
+
+
+def same_batch(a: Batch, b: Batch) -> bool:
+    """The same batch at the same offsets on two clusters: what a shallow copy keeps is equal
+    (``batch_digest``)."""
+    return a.base_offset == b.base_offset and batch_digest(a) == batch_digest(b)
 
 
 @dataclass(frozen=True, slots=True)
